@@ -1,0 +1,1 @@
+//! Debian kernels for the test VM, downloaded once into a cache.
