@@ -1,1 +1,8 @@
+//! Shared between the BPF data path (`no_std`) and the userspace control plane: the pure
+//! arithmetic (rates, EDT) and the `#[repr(C)]` map types.
 #![no_std]
+
+pub mod datapath;
+pub mod edt;
+pub mod rate;
+pub mod time;

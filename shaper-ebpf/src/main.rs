@@ -1,4 +1,147 @@
+//! shaper's data path: classify each packet, stamp its Earliest Departure Time, and let `fq`
+//! release it on time.
+//!
+//! Principles:
+//! - The fast path parses, looks up, computes and stamps; policy (rates, shares, modes) is the
+//!   control plane's, written into maps.
+//! - Fail open: a packet this program cannot understand leaves unshaped, and a counter says why.
+//!   Only one thing drops: a departure beyond the horizon (the queue's last-resort bound).
+//! - The program returns TC_ACT_UNSPEC (TCX_NEXT) for every packet it lets through, so programs
+//!   attached after it (another datapath, a firewall) still run.
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "atomic intrinsics: see clock.rs")]
+
+mod clock;
+mod parse;
+mod stats;
+
+use aya_ebpf::{
+    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    helpers::bpf_ktime_get_ns,
+    macros::{classifier, map},
+    maps::{Array, PerCpuArray},
+    programs::TcContext,
+};
+use shaper_common::{
+    datapath::{Clock, DatapathStats, DropReason, PassReason, ShaperConfig},
+    edt,
+};
+
+use crate::{
+    clock::Reserved,
+    parse::{MAX_HEADER_BYTES, ParseError},
+};
+
+#[map(name = "SHAPER_CONFIG")]
+static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
+
+/// The aggregate's departure clock (the global guard of the configured rate).
+#[map(name = "SHAPER_CLOCK")]
+static CLOCK: Array<Clock> = Array::with_max_entries(1, 0);
+
+#[map(name = "SHAPER_STATS")]
+static STATS: PerCpuArray<DatapathStats> = PerCpuArray::with_max_entries(1, 0);
+
+#[classifier]
+pub fn shaper_egress(ctx: TcContext) -> i32 {
+    match try_egress(&ctx) {
+        Verdict::Pass => TC_ACT_UNSPEC,
+        Verdict::Drop => TC_ACT_SHOT as i32,
+    }
+}
+
+enum Verdict {
+    Pass,
+    Drop,
+}
+
+#[inline(always)]
+fn try_egress(ctx: &TcContext) -> Verdict {
+    let Some(stats) = STATS.get_ptr_mut(0) else {
+        return Verdict::Pass;
+    };
+    // SAFETY: per-CPU map value, valid for this run and not shared with other CPUs.
+    let stats = unsafe { &mut *stats };
+
+    let Some(config) = CONFIG.get(0) else {
+        return stats::pass(stats, PassReason::Unconfigured);
+    };
+    if config.rate_bps == 0 {
+        return stats::pass(stats, PassReason::Unconfigured);
+    }
+
+    if let Err(err) = classify(ctx) {
+        return stats::pass(
+            stats,
+            match err {
+                ParseError::NonIp => PassReason::NonIp,
+                ParseError::Malformed | ParseError::NotLinear => PassReason::Malformed,
+            },
+        );
+    }
+
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    let skb = unsafe { &mut *ctx.skb.skb };
+    let wire = edt::wire_bytes(
+        skb.wire_len,
+        skb.gso_segs,
+        config.overhead_bytes,
+        config.mpu_bytes,
+    );
+    let tx_ns = edt::tx_time_ns(wire, config.ns_per_byte_fp);
+    let Some(clock) = CLOCK.get_ptr_mut(0) else {
+        return stats::pass(stats, PassReason::Unconfigured);
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: `next_ns` lives in an array map value, valid for the run.
+    let reserved = unsafe {
+        clock::reserve(
+            &raw mut (*clock).next_ns,
+            now,
+            skb.tstamp,
+            tx_ns,
+            config.horizon_ns,
+        )
+    };
+    let depart = match reserved {
+        Reserved::At(t) => t,
+        Reserved::AtContended(t) => {
+            stats.clock_contended += 1;
+            t
+        }
+        Reserved::BeyondHorizon => return stats::drop(stats, DropReason::Horizon),
+    };
+    skb.tstamp = depart;
+    stats.shaped_packets += 1;
+    stats.shaped_bytes += wire;
+    Verdict::Pass
+}
+
+/// Parses the headers, pulling them into the linear area once if they are paged.
+#[inline(always)]
+fn classify(ctx: &TcContext) -> Result<parse::PacketInfo, ParseError> {
+    match parse::parse(ctx) {
+        Err(ParseError::NotLinear) => {
+            let want = if ctx.len() < MAX_HEADER_BYTES {
+                ctx.len()
+            } else {
+                MAX_HEADER_BYTES
+            };
+            ctx.pull_data(want).map_err(|_| ParseError::Malformed)?;
+            parse::parse(ctx)
+        }
+        other => other,
+    }
+}
+
+#[cfg(not(test))]
 #[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! { loop {} }
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,1 +1,41 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use shaper::cmd;
+
+/// A CAKE-class traffic shaper on eBPF: EDT stamping in BPF, pacing by fq.
+#[derive(Parser)]
+#[command(name = "shaper", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Shape an interface until interrupted (SIGINT/SIGTERM), then restore it.
+    Run(cmd::run::RunArgs),
+    /// Show the counters of the shaper running on an interface.
+    Stats(cmd::stats::StatsArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHAPER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match Cli::parse().command {
+        Command::Run(args) => cmd::run::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shaper: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,98 @@
+//! Test support: crafted packets and `__sk_buff` contexts for BPF_PROG_TEST_RUN, and a handle
+//! on a freshly loaded data path.
 
+pub mod packet;
+pub mod skb;
+
+use aya::programs::{TestRun, TestRunOptions};
+use shaper::bpf::{Datapath, DatapathView};
+use shaper_common::datapath::ShaperConfig;
+
+/// TC_ACT_UNSPEC as the kernel returns it (u32): "continue", what shaper returns to let a
+/// packet through.
+pub const PASS: u32 = u32::MAX;
+/// TC_ACT_SHOT.
+pub const DROP: u32 = 2;
+
+/// A data path loaded into the running kernel with its own maps.
+pub struct Harness {
+    pub datapath: Datapath,
+}
+
+/// What one test run returned.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub verdict: u32,
+    pub ctx: skb::SkbContext,
+    pub data: Vec<u8>,
+}
+
+impl Harness {
+    /// Loads the data path; BPF tests need root (CAP_BPF + CAP_NET_ADMIN).
+    pub fn new(config: ShaperConfig) -> Self {
+        if let Err(e) = shaper::probe::require_privileges() {
+            panic!("BPF tests load programs into the kernel and must run as root: {e}");
+        }
+        let mut datapath = Datapath::load().expect("load the BPF data path");
+        datapath.configure(&config).expect("configure");
+        Self { datapath }
+    }
+
+    pub fn run(&mut self, packet: &[u8], ctx: &skb::SkbContext) -> Outcome {
+        self.run_repeat(packet, ctx, 1).0
+    }
+
+    /// Runs the program `repeat` times; also returns the kernel's average ns per run.
+    pub fn run_repeat(
+        &mut self,
+        packet: &[u8],
+        ctx: &skb::SkbContext,
+        repeat: u32,
+    ) -> (Outcome, f64) {
+        let mut data_out = vec![0u8; packet.len() + 256];
+        let mut ctx_out = skb::SkbContext::default();
+        let result = {
+            let program = self.datapath.egress().expect("egress program");
+            program
+                .test_run(TestRunOptions {
+                    data_in: Some(packet),
+                    data_out: Some(&mut data_out),
+                    ctx_in: Some(ctx.as_bytes()),
+                    ctx_out: Some(ctx_out.as_bytes_mut()),
+                    repeat,
+                    ..Default::default()
+                })
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "BPF_PROG_TEST_RUN on a {}-byte frame, ctx {ctx:?}: {e}",
+                        packet.len()
+                    )
+                })
+        };
+        data_out.truncate(result.data_size_out as usize);
+        let per_run_ns = result.duration.as_nanos() as f64;
+        (
+            Outcome {
+                verdict: result.return_value,
+                ctx: ctx_out,
+                data: data_out,
+            },
+            per_run_ns,
+        )
+    }
+
+    pub fn view(&self) -> DatapathView {
+        self.datapath.snapshot().expect("read maps")
+    }
+}
+
+/// A configuration for `rate_bps` with the given horizon and no overhead.
+pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
+    ShaperConfig {
+        rate_bps,
+        ns_per_byte_fp: shaper_common::edt::ns_per_byte_fp(rate_bps),
+        horizon_ns,
+        overhead_bytes: 0,
+        mpu_bytes: 0,
+    }
+}

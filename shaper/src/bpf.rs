@@ -1,0 +1,209 @@
+//! The embedded BPF object: loading, configuring, attaching, and reading its maps.
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, Map, MapData, PerCpuArray},
+    programs::{
+        SchedClassifier, TcAttachType,
+        tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions},
+    },
+};
+use shaper_common::datapath::{Clock, DatapathStats, ShaperConfig, map_names, program_names};
+
+use crate::runtime::{AttachMode, MapIds};
+
+/// The data path, built from `shaper-ebpf` by build.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shaper"));
+
+/// Priority of shaper's netlink filter (kernels without TCX): fixed, so that a filter left by a
+/// crashed run can be recognised.
+const NETLINK_PRIORITY: u16 = 0x5348;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error("loading the BPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("the kernel rejected the data path program: {0}")]
+    Program(#[from] aya::programs::ProgramError),
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("the BPF object has no {0}")]
+    Missing(&'static str),
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
+    move |source| BpfError::Map { name, source }
+}
+
+pub struct Datapath {
+    ebpf: Ebpf,
+    link: Option<SchedClassifierLinkId>,
+}
+
+impl Datapath {
+    /// Loads the object and the egress program into the kernel (the verifier runs here).
+    pub fn load() -> Result<Self, BpfError> {
+        raise_memlock_limit();
+        let mut ebpf = EbpfLoader::new().load(OBJECT)?;
+        egress_program(&mut ebpf)?.load()?;
+        Ok(Self { ebpf, link: None })
+    }
+
+    pub fn configure(&mut self, config: &ShaperConfig) -> Result<(), BpfError> {
+        let map = self
+            .ebpf
+            .map_mut(map_names::CONFIG)
+            .ok_or(BpfError::Missing(map_names::CONFIG))?;
+        let mut array: Array<_, ShaperConfig> =
+            Array::try_from(map).map_err(map_err(map_names::CONFIG))?;
+        array.set(0, *config, 0).map_err(map_err(map_names::CONFIG))
+    }
+
+    pub fn egress(&mut self) -> Result<&mut SchedClassifier, BpfError> {
+        egress_program(&mut self.ebpf)
+    }
+
+    /// Attaches at egress: a TCX link, or (kernels < 6.6) a netlink filter under clsact, which
+    /// the caller must have put in place.
+    pub fn attach_egress(&mut self, iface: &str, mode: AttachMode) -> Result<(), BpfError> {
+        let options = match mode {
+            AttachMode::Tcx => TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
+            AttachMode::Netlink => TcAttachOptions::Netlink(NlOptions {
+                priority: NETLINK_PRIORITY,
+                ..Default::default()
+            }),
+        };
+        self.link = Some(self.egress()?.attach_with_options(
+            iface,
+            TcAttachType::Egress,
+            options,
+        )?);
+        Ok(())
+    }
+
+    /// Detaches the program (new packets leave unshaped from here on).
+    pub fn detach(&mut self) -> Result<(), BpfError> {
+        if let Some(link) = self.link.take() {
+            self.egress()?.detach(link)?;
+        }
+        Ok(())
+    }
+
+    pub fn map_ids(&self) -> Result<MapIds, BpfError> {
+        let id = |name: &'static str| -> Result<u32, BpfError> {
+            let map = self.ebpf.map(name).ok_or(BpfError::Missing(name))?;
+            let data = map_data(map).ok_or(BpfError::Missing(name))?;
+            Ok(data.info().map_err(map_err(name))?.id())
+        };
+        Ok(MapIds {
+            config: id(map_names::CONFIG)?,
+            clock: id(map_names::CLOCK)?,
+            stats: id(map_names::STATS)?,
+        })
+    }
+
+    /// Counters and clock of this instance (for tests and the control loop).
+    pub fn snapshot(&self) -> Result<DatapathView, BpfError> {
+        let stats = self
+            .ebpf
+            .map(map_names::STATS)
+            .ok_or(BpfError::Missing(map_names::STATS))?;
+        let stats =
+            PerCpuArray::<_, DatapathStats>::try_from(stats).map_err(map_err(map_names::STATS))?;
+        let clock = self
+            .ebpf
+            .map(map_names::CLOCK)
+            .ok_or(BpfError::Missing(map_names::CLOCK))?;
+        let clock = Array::<_, Clock>::try_from(clock).map_err(map_err(map_names::CLOCK))?;
+        read_view(&stats, &clock)
+    }
+}
+
+/// A detached filter named like ours from a crashed run (netlink mode only; TCX links die with
+/// their process).
+pub fn remove_stale_filter(iface: &str) {
+    let _ = tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS);
+}
+
+fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {
+    ebpf.program_mut(program_names::EGRESS)
+        .ok_or(BpfError::Missing(program_names::EGRESS))?
+        .try_into()
+        .map_err(BpfError::Program)
+}
+
+fn map_data(map: &Map) -> Option<&MapData> {
+    match map {
+        Map::Array(d) | Map::PerCpuArray(d) | Map::HashMap(d) | Map::LruHashMap(d) => Some(d),
+        _ => None,
+    }
+}
+
+/// What the data path's maps say right now.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DatapathView {
+    pub stats: DatapathStats,
+    /// The aggregate clock (CLOCK_MONOTONIC ns).
+    pub clock_ns: u64,
+    /// `clock - now` when positive: how much is scheduled ahead, i.e. the queue in time.
+    pub backlog_ns: u64,
+}
+
+fn read_view<S, C>(
+    stats: &PerCpuArray<S, DatapathStats>,
+    clock: &Array<C, Clock>,
+) -> Result<DatapathView, BpfError>
+where
+    S: std::borrow::Borrow<MapData>,
+    C: std::borrow::Borrow<MapData>,
+{
+    let per_cpu = stats.get(&0, 0).map_err(map_err(map_names::STATS))?;
+    let mut total = DatapathStats::default();
+    for cpu in per_cpu.iter() {
+        total.accumulate(cpu);
+    }
+    let clock_ns = clock.get(&0, 0).map_err(map_err(map_names::CLOCK))?.next_ns;
+    let now = monotonic_now_ns();
+    Ok(DatapathView {
+        stats: total,
+        clock_ns,
+        backlog_ns: clock_ns.saturating_sub(now),
+    })
+}
+
+/// Reads a running instance's maps by their kernel ids (for `shaper stats`).
+pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
+    let open = |name: &'static str, id: u32| MapData::from_id(id).map_err(map_err(name));
+    let stats = PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(open(
+        map_names::STATS,
+        ids.stats,
+    )?))
+    .map_err(map_err(map_names::STATS))?;
+    let clock = Array::<_, Clock>::try_from(Map::Array(open(map_names::CLOCK, ids.clock)?))
+        .map_err(map_err(map_names::CLOCK))?;
+    read_view(&stats, &clock)
+}
+
+/// The clock the data path stamps with (bpf_ktime_get_ns).
+pub fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones ignore it.
+fn raise_memlock_limit() {
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid rlimit pointer.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+}

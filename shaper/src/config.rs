@@ -1,0 +1,292 @@
+//! Settings for one shaped interface: from the command line, a TOML file, or both (the command
+//! line wins). Everything is validated here, before anything on the system is touched.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use shaper_common::{
+    datapath::ShaperConfig,
+    edt,
+    rate::{self, DisplayRate},
+    time,
+};
+
+use crate::qdisc::FqParams;
+
+/// Defaults, with the reasons.
+pub mod defaults {
+    /// Last-resort bound on how far ahead a departure may be scheduled. The same as Cilium's
+    /// bandwidth manager; shorter queues are the AQM's job, not the horizon's.
+    pub const HORIZON: &str = "2s";
+    /// fq's default total limit.
+    pub const FQ_LIMIT_PACKETS: u32 = 10_000;
+    /// Per-flow packets in fq: high enough that fq never tail-drops a flow before the data path's
+    /// horizon would (forwarded traffic is not bounded by TCP Small Queues).
+    pub const FQ_FLOW_LIMIT_PACKETS: u32 = 1_000;
+}
+
+/// The `[shaper]`-less flat TOML file: the same names as the long command-line options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    pub iface: Option<String>,
+    pub rate: Option<String>,
+    pub horizon: Option<String>,
+    pub overhead: Option<i32>,
+    pub mpu: Option<u32>,
+    #[serde(default)]
+    pub fq: FqFile,
+}
+
+/// `[fq]`: the departure-time queue.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FqFile {
+    pub limit: Option<u32>,
+    pub flow_limit: Option<u32>,
+}
+
+/// What the command line gave (all optional, so a file can supply the rest).
+#[derive(Debug, Default, Clone)]
+pub struct CliConfig {
+    pub iface: Option<String>,
+    pub rate: Option<String>,
+    pub horizon: Option<String>,
+    pub overhead: Option<i32>,
+    pub mpu: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("no interface given: use --iface IF (or `iface` in the config file)")]
+    NoIface,
+    #[error("no rate given: use --rate RATE, e.g. --rate 100mbit (or `rate` in the config file)")]
+    NoRate,
+    #[error("invalid rate {text:?}: {reason}")]
+    Rate {
+        text: String,
+        reason: rate::RateError,
+    },
+    #[error("invalid horizon {text:?}: {reason}")]
+    Horizon {
+        text: String,
+        reason: time::DurationError,
+    },
+    #[error("horizon must be at least 1ms (got {text})")]
+    HorizonTooShort { text: String },
+    #[error("overhead {0} is out of range (-64..=256 bytes)")]
+    Overhead(i32),
+    #[error("mpu {0} is out of range (0..=1500 bytes)")]
+    Mpu(u32),
+    #[error("fq {what} must be between 1 and 1000000 (got {value})")]
+    FqLimit { what: &'static str, value: u32 },
+}
+
+/// Validated settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub iface: String,
+    pub rate_bps: u64,
+    pub horizon_ns: u64,
+    pub overhead_bytes: i32,
+    pub mpu_bytes: u32,
+    pub fq: FqParams,
+}
+
+impl Settings {
+    pub fn resolve(cli: CliConfig, file: Option<&Path>) -> Result<Self, ConfigError> {
+        let file_config = match file {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let iface = cli
+            .iface
+            .or(file_config.iface)
+            .ok_or(ConfigError::NoIface)?;
+        let rate_text = cli.rate.or(file_config.rate).ok_or(ConfigError::NoRate)?;
+        let rate_bps = rate::parse_rate(&rate_text).map_err(|reason| ConfigError::Rate {
+            text: rate_text.clone(),
+            reason,
+        })?;
+        let horizon_text = cli
+            .horizon
+            .or(file_config.horizon)
+            .unwrap_or_else(|| defaults::HORIZON.to_string());
+        let horizon_ns =
+            time::parse_duration_ns(&horizon_text).map_err(|reason| ConfigError::Horizon {
+                text: horizon_text.clone(),
+                reason,
+            })?;
+        if horizon_ns < 1_000_000 {
+            return Err(ConfigError::HorizonTooShort { text: horizon_text });
+        }
+        let overhead_bytes = cli.overhead.or(file_config.overhead).unwrap_or(0);
+        if !(-64..=256).contains(&overhead_bytes) {
+            return Err(ConfigError::Overhead(overhead_bytes));
+        }
+        let mpu_bytes = cli.mpu.or(file_config.mpu).unwrap_or(0);
+        if mpu_bytes > 1500 {
+            return Err(ConfigError::Mpu(mpu_bytes));
+        }
+        let limit = |what, value: Option<u32>, default| match value.unwrap_or(default) {
+            v @ 1..=1_000_000 => Ok(v),
+            value => Err(ConfigError::FqLimit { what, value }),
+        };
+        let fq = FqParams {
+            limit_packets: limit("limit", file_config.fq.limit, defaults::FQ_LIMIT_PACKETS)?,
+            flow_limit_packets: limit(
+                "flow-limit",
+                file_config.fq.flow_limit,
+                defaults::FQ_FLOW_LIMIT_PACKETS,
+            )?,
+            // fq must never drop before the data path: its horizon sits a second beyond ours.
+            horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
+        };
+        Ok(Self {
+            iface,
+            rate_bps,
+            horizon_ns,
+            overhead_bytes,
+            mpu_bytes,
+            fq,
+        })
+    }
+
+    /// The map value the data path reads.
+    pub fn datapath_config(&self) -> ShaperConfig {
+        ShaperConfig {
+            rate_bps: self.rate_bps,
+            ns_per_byte_fp: edt::ns_per_byte_fp(self.rate_bps),
+            horizon_ns: self.horizon_ns,
+            overhead_bytes: self.overhead_bytes,
+            mpu_bytes: self.mpu_bytes,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} at {} (horizon {} ms, overhead {}, mpu {})",
+            self.iface,
+            DisplayRate(self.rate_bps),
+            self.horizon_ns / 1_000_000,
+            self.overhead_bytes,
+            self.mpu_bytes
+        )
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn cli(iface: &str, rate: &str) -> CliConfig {
+        CliConfig {
+            iface: Some(iface.into()),
+            rate: Some(rate.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn command_line_alone() {
+        let s = Settings::resolve(cli("eth0", "100mbit"), None).unwrap();
+        assert_eq!(s.rate_bps, 100_000_000);
+        assert_eq!(s.horizon_ns, 2_000_000_000);
+        assert_eq!(s.fq.horizon_us, 3_000_000);
+        assert_eq!(
+            s.datapath_config().ns_per_byte_fp,
+            edt::ns_per_byte_fp(100_000_000)
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named_in_the_error() {
+        let err = |c| Settings::resolve(c, None).unwrap_err().to_string();
+        assert!(err(cli("eth0", "0")).contains("greater than zero"));
+        assert!(err(cli("eth0", "fast")).contains("invalid rate \"fast\""));
+        assert!(
+            err(CliConfig {
+                rate: Some("1gbit".into()),
+                ..Default::default()
+            })
+            .contains("--iface")
+        );
+        assert!(
+            err(CliConfig {
+                iface: Some("x".into()),
+                ..Default::default()
+            })
+            .contains("--rate")
+        );
+        let mut c = cli("eth0", "1gbit");
+        c.horizon = Some("10us".into());
+        assert!(err(c.clone()).contains("at least 1ms"));
+        c.horizon = Some("2 weeks".into());
+        assert!(err(c).contains("invalid horizon"));
+        let mut c = cli("eth0", "1gbit");
+        c.overhead = Some(1000);
+        assert!(err(c).contains("overhead"));
+    }
+
+    #[test]
+    fn file_fills_in_and_command_line_wins() {
+        let mut f = tempfile();
+        writeln!(
+            f.1,
+            "iface = \"eth1\"\nrate = \"50mbit\"\nhorizon = \"500ms\"\n[fq]\nflow-limit = 200"
+        )
+        .unwrap();
+        let s = Settings::resolve(CliConfig::default(), Some(&f.0)).unwrap();
+        assert_eq!(
+            (s.iface.as_str(), s.rate_bps, s.horizon_ns),
+            ("eth1", 50_000_000, 500_000_000)
+        );
+        assert_eq!(s.fq.flow_limit_packets, 200);
+        let s = Settings::resolve(cli("eth2", "1gbit"), Some(&f.0)).unwrap();
+        assert_eq!((s.iface.as_str(), s.rate_bps), ("eth2", 1_000_000_000));
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_rejected() {
+        let mut f = tempfile();
+        writeln!(f.1, "rate = \"1gbit\"\nrat = \"2gbit\"").unwrap();
+        let err = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `rat`"), "{err}");
+        let err = Settings::resolve(cli("eth0", "1gbit"), Some(Path::new("/nonexistent/x.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read config file"), "{err}");
+    }
+
+    fn tempfile() -> (std::path::PathBuf, std::fs::File) {
+        let path = std::env::temp_dir().join(format!(
+            "shaper-config-test-{}-{:?}.toml",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = std::fs::File::create(&path).unwrap();
+        (path, file)
+    }
+}

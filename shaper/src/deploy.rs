@@ -1,0 +1,221 @@
+//! Putting shaper on an interface and taking it off again.
+//!
+//! `apply` either completes or leaves the interface exactly as it found it: every step that
+//! changes the system has its undo run on the failure of any later step. `teardown` (also run
+//! on drop, e.g. after a panic) detaches first, lets what is already scheduled leave, then
+//! restores the original qdiscs, so exiting drops no traffic.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::{
+    bpf::{self, Datapath},
+    config::Settings,
+    link::Interface,
+    netlink::Socket,
+    probe,
+    qdisc::{self, Snapshot},
+    runtime::{self, AttachMode, InterfaceLock, State},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(
+        "{iface} has an `ingress` qdisc; on this kernel (< 6.6, no TCX) shaper attaches through `clsact`, which takes its place. Remove it if nothing needs it: tc qdisc del dev {iface} ingress"
+    )]
+    IngressQdisc { iface: String },
+    #[error(
+        "the kernel has no clsact qdisc (sch_ingress), needed to attach on kernels without TCX (< 6.6): load it with `modprobe sch_ingress` or use a kernel built with CONFIG_NET_SCH_INGRESS"
+    )]
+    NoClsact,
+    #[error("adding clsact to {iface}: {source}")]
+    Clsact {
+        iface: String,
+        source: crate::netlink::NetlinkError,
+    },
+    #[error("attaching to {iface}: {source}")]
+    Attach {
+        iface: String,
+        source: Box<bpf::BpfError>,
+    },
+}
+
+/// Longest wait at exit for already-scheduled packets to leave before fq is replaced.
+const MAX_DRAIN: Duration = Duration::from_secs(3);
+
+pub struct Deployment {
+    iface: Interface,
+    datapath: Datapath,
+    state: State,
+    _lock: InterfaceLock,
+    torn_down: bool,
+}
+
+impl Deployment {
+    pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Self> {
+        let lock = InterfaceLock::acquire(&iface)?;
+        let stale = runtime::read_state(&iface).unwrap_or_else(|e| {
+            warn!("ignoring unreadable state: {e}");
+            None
+        });
+        let mut datapath = Datapath::load()?;
+        datapath.configure(&settings.datapath_config())?;
+
+        let mut sock = Socket::open()?;
+        let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
+        let (original, mut clsact_added) = match &stale {
+            Some(prev) => {
+                warn!(
+                    "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
+                    prev.pid, iface.name
+                );
+                if prev.attach == AttachMode::Netlink {
+                    bpf::remove_stale_filter(&iface.name);
+                }
+                (prev.original.clone(), prev.clsact_added)
+            }
+            None => (current.clone(), false),
+        };
+
+        if !qdisc::is_installed(&current) {
+            let queues = iface.num_tx_queues(&mut sock)?;
+            if let Err(e) =
+                qdisc::install(&mut sock, iface.ifindex, &iface.name, queues, &settings.fq)
+            {
+                rollback(&mut sock, &iface, &original, false);
+                return Err(e.into());
+            }
+        }
+
+        let mode = if probe::has_tcx() {
+            AttachMode::Tcx
+        } else {
+            AttachMode::Netlink
+        };
+        if mode == AttachMode::Netlink && !current.clsact {
+            let step = ensure_clsact(&mut sock, &iface);
+            if let Err(e) = step {
+                rollback(&mut sock, &iface, &original, clsact_added);
+                return Err(e.into());
+            }
+            clsact_added = true;
+        }
+        if let Err(source) = datapath.attach_egress(&iface.name, mode) {
+            rollback(&mut sock, &iface, &original, clsact_added);
+            return Err(DeployError::Attach {
+                iface: iface.name.clone(),
+                source: Box::new(source),
+            }
+            .into());
+        }
+
+        let state = State {
+            pid: std::process::id(),
+            iface: iface.name.clone(),
+            ifindex: iface.ifindex,
+            rate_bps: settings.rate_bps,
+            horizon_ns: settings.horizon_ns,
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            attach: mode,
+            clsact_added,
+            original,
+            maps: datapath.map_ids()?,
+        };
+        let deployment = Self {
+            iface,
+            datapath,
+            state,
+            _lock: lock,
+            torn_down: false,
+        };
+        // From here on, Drop undoes everything if writing the state fails.
+        runtime::write_state(&deployment.iface, &deployment.state)?;
+        info!("shaping {} ({:?} attach)", settings.describe(), mode);
+        Ok(deployment)
+    }
+
+    pub fn datapath(&self) -> &Datapath {
+        &self.datapath
+    }
+
+    pub fn teardown(mut self) -> anyhow::Result<()> {
+        self.undo()
+    }
+
+    fn undo(&mut self) -> anyhow::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let detached = self.datapath.detach();
+        self.drain();
+        let mut sock = Socket::open()?;
+        let restored = qdisc::restore(
+            &mut sock,
+            self.iface.ifindex,
+            &self.iface.name,
+            &self.state.original,
+        );
+        if self.state.clsact_added
+            && let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex)
+        {
+            warn!("removing clsact from {}: {e}", self.iface.name);
+        }
+        runtime::remove_state(&self.iface);
+        detached?;
+        restored?;
+        info!("{} restored", self.iface.name);
+        Ok(())
+    }
+
+    /// Waits until the departure clock has passed, so fq is empty when it is replaced.
+    fn drain(&self) {
+        let deadline = Instant::now() + MAX_DRAIN;
+        while Instant::now() < deadline {
+            match self.datapath.snapshot() {
+                Ok(view) if view.backlog_ns > 0 => std::thread::sleep(
+                    Duration::from_nanos(view.backlog_ns).min(Duration::from_millis(50))
+                        + Duration::from_millis(1),
+                ),
+                _ => break,
+            }
+        }
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        if let Err(e) = self.undo() {
+            warn!("restoring {}: {e:#}", self.iface.name);
+        }
+    }
+}
+
+fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
+    if qdisc::has_ingress_qdisc(sock, iface.ifindex).unwrap_or(false) {
+        return Err(DeployError::IngressQdisc {
+            iface: iface.name.clone(),
+        });
+    }
+    qdisc::add_clsact(sock, iface.ifindex).map_err(|source| match source.errno() {
+        Some(libc::ENOENT) => DeployError::NoClsact,
+        _ => DeployError::Clsact {
+            iface: iface.name.clone(),
+            source,
+        },
+    })
+}
+
+/// Best-effort undo of a partial `apply`.
+fn rollback(sock: &mut Socket, iface: &Interface, original: &Snapshot, clsact_added: bool) {
+    if clsact_added {
+        let _ = qdisc::delete_clsact(sock, iface.ifindex);
+    }
+    if let Err(e) = qdisc::restore(sock, iface.ifindex, &iface.name, original) {
+        warn!("rolling back {}: {e}", iface.name);
+    }
+}

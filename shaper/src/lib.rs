@@ -1,0 +1,13 @@
+//! shaper: a CAKE-class traffic shaper built on eBPF. The BPF data path stamps each packet's
+//! Earliest Departure Time and `fq` releases it then; this library is the control plane.
+
+pub mod bpf;
+pub mod cmd;
+pub mod config;
+pub mod deploy;
+pub mod link;
+pub mod netlink;
+pub mod probe;
+pub mod qdisc;
+pub mod runtime;
+pub mod stats;

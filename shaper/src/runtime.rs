@@ -1,0 +1,166 @@
+//! Per-interface runtime state: a lock (one shaper per interface) and a state file that lets
+//! `shaper stats` find the running instance's maps and lets a restarted shaper undo what a
+//! crashed one left behind.
+//!
+//! Files live in `/run/shaper/<netns>-<ifindex>.{lock,json}` (`SHAPER_RUN_DIR` overrides the
+//! directory). `/run` rather than bpffs: `ip netns exec` remounts /sys, so pins under
+//! /sys/fs/bpf are not shared between two commands run in the same namespace, while /run is.
+//! Maps are found by their kernel ids, which any process with CAP_SYS_ADMIN can open.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::Write,
+    os::fd::AsRawFd,
+    path::PathBuf,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{link::Interface, qdisc::Snapshot};
+
+pub const DEFAULT_RUN_DIR: &str = "/run/shaper";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("shaper is already running on {iface}{}; stop it first (or use `shaper stats --iface {iface}`)", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    AlreadyRunning { iface: String, pid: Option<u32> },
+    #[error("no shaper is running on {0}")]
+    NotRunning(String),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("state file {path} is unreadable: {message}")]
+    BadState { path: String, message: String },
+}
+
+/// How the program is attached, so teardown and crash recovery undo the right thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    Tcx,
+    Netlink,
+}
+
+/// Kernel ids of the running instance's maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapIds {
+    pub config: u32,
+    pub clock: u32,
+    pub stats: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub pid: u32,
+    pub iface: String,
+    pub ifindex: u32,
+    pub rate_bps: u64,
+    pub horizon_ns: u64,
+    pub started_unix_s: u64,
+    pub attach: AttachMode,
+    /// shaper added the clsact qdisc (netlink attach) and removes it on exit.
+    pub clsact_added: bool,
+    /// The interface's qdiscs before shaper, restored on exit.
+    pub original: Snapshot,
+    pub maps: MapIds,
+}
+
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("SHAPER_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| DEFAULT_RUN_DIR.into())
+}
+
+fn base_path(iface: &Interface) -> PathBuf {
+    run_dir().join(format!("{}-{}", iface.netns_id, iface.ifindex))
+}
+
+pub fn state_path(iface: &Interface) -> PathBuf {
+    base_path(iface).with_extension("json")
+}
+
+/// Held for the life of `shaper run`; released by the kernel even if the process dies.
+pub struct InterfaceLock {
+    _file: File,
+}
+
+impl InterfaceLock {
+    pub fn acquire(iface: &Interface) -> Result<Self, RuntimeError> {
+        let dir = run_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::Io {
+            what: "creating",
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let path = base_path(iface).with_extension("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| RuntimeError::Io {
+                what: "opening",
+                path: path.display().to_string(),
+                source,
+            })?;
+        // SAFETY: flock on a descriptor we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let pid = read_state(iface).ok().flatten().map(|s| s.pid);
+            return Err(RuntimeError::AlreadyRunning {
+                iface: iface.name.clone(),
+                pid,
+            });
+        }
+        Ok(Self { _file: file })
+    }
+}
+
+pub fn read_state(iface: &Interface) -> Result<Option<State>, RuntimeError> {
+    let path = state_path(iface);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(RuntimeError::Io {
+                what: "reading",
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| RuntimeError::BadState {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// Writes the state file atomically (rename), so a reader never sees half of it.
+pub fn write_state(iface: &Interface, state: &State) -> Result<(), RuntimeError> {
+    let path = state_path(iface);
+    let tmp = path.with_extension("json.tmp");
+    let io = |what, source| RuntimeError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    };
+    let mut file = File::create(&tmp).map_err(|e| io("writing", e))?;
+    let text = serde_json::to_string_pretty(state).expect("state serialises");
+    file.write_all(text.as_bytes())
+        .map_err(|e| io("writing", e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("writing", e))
+}
+
+pub fn remove_state(iface: &Interface) {
+    let _ = std::fs::remove_file(state_path(iface));
+}
+
+/// Whether a process with this pid exists.
+pub fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -1,0 +1,65 @@
+//! The UAPI `struct __sk_buff` as BPF_PROG_TEST_RUN takes it (ctx_in/ctx_out). Only the fields
+//! the kernel lets a test set are exposed; the offsets are those of include/uapi/linux/bpf.h.
+
+const SIZE: usize = 192;
+const OFF_TSTAMP: usize = 152;
+const OFF_WIRE_LEN: usize = 160;
+const OFF_GSO_SEGS: usize = 164;
+const OFF_GSO_SIZE: usize = 176;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub struct SkbContext([u8; SIZE]);
+
+impl Default for SkbContext {
+    fn default() -> Self {
+        Self([0; SIZE])
+    }
+}
+
+impl std::fmt::Debug for SkbContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkbContext")
+            .field("tstamp", &self.tstamp())
+            .field("wire_len", &self.wire_len())
+            .field("gso_segs", &self.gso_segs())
+            .finish()
+    }
+}
+
+impl SkbContext {
+    fn get_u32(&self, off: usize) -> u32 {
+        u32::from_ne_bytes(self.0[off..off + 4].try_into().unwrap())
+    }
+    fn set_u32(&mut self, off: usize, v: u32) {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    pub fn tstamp(&self) -> u64 {
+        u64::from_ne_bytes(self.0[OFF_TSTAMP..OFF_TSTAMP + 8].try_into().unwrap())
+    }
+    pub fn with_tstamp(mut self, ns: u64) -> Self {
+        self.0[OFF_TSTAMP..OFF_TSTAMP + 8].copy_from_slice(&ns.to_ne_bytes());
+        self
+    }
+    pub fn wire_len(&self) -> u32 {
+        self.get_u32(OFF_WIRE_LEN)
+    }
+    pub fn gso_segs(&self) -> u32 {
+        self.get_u32(OFF_GSO_SEGS)
+    }
+    /// A GSO super-packet: `segs` segments of `size` payload bytes, and the length the qdisc
+    /// layer would account (`wire_len`: one copy of the headers per segment).
+    pub fn with_gso(mut self, segs: u32, size: u32, wire_len: u32) -> Self {
+        self.set_u32(OFF_GSO_SEGS, segs);
+        self.set_u32(OFF_GSO_SIZE, size);
+        self.set_u32(OFF_WIRE_LEN, wire_len);
+        self
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
