@@ -1,6 +1,114 @@
-#[derive(clap::Args)]
-pub struct Options {}
+//! `cargo xtask test`: the whole test pyramid in one command.
+//!
+//! 1. Unit tests and BPF tests (`cargo test`): pure functions on the host, and the data path
+//!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root).
+//! 2. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
+//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
+//!    so one failure cannot mask another.
+//!
+//! Ends with a `N passed, M failed` line and a non-zero exit if anything failed.
 
-pub fn run(_o: &Options) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+use std::{process::Command, time::Instant};
+
+use anyhow::Result;
+
+use crate::{
+    bootstrap,
+    vm::{self, Kernel, VmSpec},
+};
+
+/// The VM end-to-end scripts, run on every kernel.
+const VM_SCRIPTS: &[&str] = &["tests/vm/e2e-rate.sh", "tests/vm/e2e-restore.sh"];
+
+#[derive(clap::Args)]
+pub struct Options {
+    /// Kernels for the VM tests (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub kernel: Vec<Kernel>,
+    /// Only the unit and BPF tests (no VM).
+    #[arg(long)]
+    pub no_vm: bool,
+}
+
+struct Outcome {
+    name: String,
+    passed: bool,
+    seconds: f64,
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    bootstrap::ensure()?;
+    let root = crate::workspace_root();
+    let mut outcomes = Vec::new();
+    let mut record = |name: String, started: Instant, passed: bool| {
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "{} {name} ({seconds:.0} s)",
+            if passed { "PASS" } else { "FAIL" }
+        );
+        outcomes.push(Outcome {
+            name,
+            passed,
+            seconds,
+        });
+    };
+
+    let started = Instant::now();
+    println!("== unit and BPF tests (cargo test)");
+    let status = Command::new("cargo")
+        .current_dir(&root)
+        .args(["test", "--workspace", "--exclude", "shaper-ebpf"])
+        .status()?;
+    record(
+        "unit and BPF_PROG_TEST_RUN tests".into(),
+        started,
+        status.success(),
+    );
+
+    if !o.no_vm {
+        let kernels = if o.kernel.is_empty() {
+            Kernel::ALL.to_vec()
+        } else {
+            o.kernel.clone()
+        };
+        for kernel in kernels {
+            for script in VM_SCRIPTS {
+                println!("== {script} on Linux {kernel}");
+                let started = Instant::now();
+                let spec = VmSpec::new(kernel, vec![root.join(script).display().to_string()]);
+                let passed = match vm::run(&spec) {
+                    Ok(0) => true,
+                    Ok(code) => {
+                        eprintln!("{script} exited with {code}");
+                        false
+                    }
+                    Err(e) => {
+                        eprintln!("{script}: {e:#}");
+                        false
+                    }
+                };
+                record(format!("{script} on {kernel}"), started, passed);
+            }
+        }
+    }
+
+    let failed: Vec<_> = outcomes.iter().filter(|o| !o.passed).collect();
+    println!("\n== summary");
+    for o in &outcomes {
+        println!(
+            "  {} {} ({:.0} s)",
+            if o.passed { "ok    " } else { "FAILED" },
+            o.name,
+            o.seconds
+        );
+    }
+    println!(
+        "{} passed, {} failed",
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        anyhow::bail!("{} test group(s) failed", failed.len());
+    }
+    Ok(())
 }

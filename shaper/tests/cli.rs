@@ -1,0 +1,178 @@
+//! The `shaper` binary on this machine: bad input, missing privileges and missing kernel
+//! features give a clear message and a non-zero exit, and leave the interface as it was.
+//! Needs root (it creates a network namespace and drops privileges itself).
+
+use std::{
+    os::unix::process::CommandExt,
+    process::{Command, Output},
+};
+
+const SHAPER: &str = env!("CARGO_BIN_EXE_shaper");
+
+fn shaper(args: &[&str]) -> Output {
+    Command::new(SHAPER)
+        .args(args)
+        .output()
+        .expect("run shaper")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_refused(args: &[&str], expected: &str) {
+    let out = shaper(args);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} was accepted");
+    assert!(
+        err.contains(expected),
+        "{args:?}: expected {expected:?} in {err:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message() {
+    assert_refused(
+        &["run", "--iface", "lo", "--rate", "0"],
+        "rate must be greater than zero",
+    );
+    assert_refused(
+        &["run", "--iface", "lo", "--rate", "fast"],
+        "invalid rate \"fast\"",
+    );
+    assert_refused(
+        &["run", "--iface", "lo", "--rate", "10 mbit/s"],
+        "unknown unit",
+    );
+    assert_refused(&["run", "--iface", "lo"], "no rate given");
+    assert_refused(&["run", "--rate", "1gbit"], "no interface given");
+    assert_refused(
+        &["run", "--iface", "no-such-if0", "--rate", "1gbit"],
+        "no interface named",
+    );
+    assert_refused(
+        &[
+            "run",
+            "--iface",
+            "lo",
+            "--rate",
+            "1gbit",
+            "--horizon",
+            "1us",
+        ],
+        "at least 1ms",
+    );
+    assert_refused(
+        &[
+            "run",
+            "--iface",
+            "lo",
+            "--rate",
+            "1gbit",
+            "--config",
+            "/nonexistent.toml",
+        ],
+        "cannot read config file",
+    );
+    assert_refused(&["stats", "--iface", "lo"], "no shaper is running on lo");
+    assert_refused(&["stats", "--iface", "no-such-if0"], "no interface named");
+    assert_refused(
+        &["run", "--iface", "lo", "--rate", "1gbit", "--bogus"],
+        "unexpected argument",
+    );
+}
+
+#[test]
+fn without_privileges_nothing_is_attempted() {
+    let out = Command::new(SHAPER)
+        .args(["run", "--iface", "lo", "--rate", "1gbit"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run shaper as nobody");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("needs CAP_NET_ADMIN and CAP_BPF"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn host_has_fq() -> bool {
+    if std::path::Path::new("/sys/module/sch_fq").exists() {
+        return true;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    ["modules.builtin", "modules.dep"].iter().any(|f| {
+        std::fs::read_to_string(format!("/lib/modules/{}/{f}", release.trim()))
+            .is_ok_and(|t| t.contains("/sch_fq.ko"))
+    })
+}
+
+/// In a private namespace: without sch_fq shaper says so and changes nothing; with it, shaper
+/// starts and restores the interface on SIGTERM (the VM tests cover that path in depth).
+#[test]
+fn missing_fq_is_reported_and_the_interface_is_left_alone() {
+    let ns = format!("shaper-cli-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        let status = Command::new("ip").args(args).status().expect("ip");
+        assert!(status.success(), "ip {args:?}");
+    };
+    ip(&["netns", "add", &ns]);
+    let _cleanup = NetnsGuard(ns.clone());
+    ip(&[
+        "-n", &ns, "link", "add", "sa0", "type", "veth", "peer", "name", "sb0",
+    ]);
+    ip(&["-n", &ns, "link", "set", "sa0", "up"]);
+    ip(&["-n", &ns, "link", "set", "sb0", "up"]);
+    let qdiscs = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "tc", "qdisc", "show", "dev", "sa0"])
+            .output()
+            .expect("tc");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = qdiscs();
+    let in_ns = |args: &[&str]| {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns, SHAPER]).args(args);
+        cmd
+    };
+    if host_has_fq() {
+        let mut child = in_ns(&["run", "--iface", "sa0", "--rate", "10mbit"])
+            .spawn()
+            .unwrap();
+        let started = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            in_ns(&["stats", "--iface", "sa0"])
+                .output()
+                .unwrap()
+                .status
+                .success()
+        });
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert!(started && status.success());
+    } else {
+        let out = in_ns(&["run", "--iface", "sa0", "--rate", "10mbit"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("no fq qdisc (sch_fq)"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(qdiscs(), before, "the interface changed");
+}
+
+struct NetnsGuard(String);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}

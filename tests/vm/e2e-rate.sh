@@ -1,0 +1,53 @@
+#!/bin/sh
+# End to end: shaper shapes egress to the configured wire rate, matches CAKE at the same rate in
+# the same boot, restores the interface exactly on SIGTERM, and refuses a second instance.
+#
+# Usage: e2e-rate.sh [RATE_MBIT...]   (default: 50 500)
+# Prints one "RESULT ..." line per rate for the record.
+here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
+
+RATES=${*:-50 500}
+SECONDS_PER_RUN=${E2E_SECONDS:-6}
+TOLERANCE=2
+
+pair_up
+original=$(qdisc_state s0)
+unshaped=$(goodput_mbit "$SECONDS_PER_RUN" 1)
+log "unshaped: $unshaped Mbit/s"
+
+for rate in $RATES; do
+	ceiling=$(tcp_ceiling_mbit "$rate")
+
+	ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "${rate}mbit" besteffort raw
+	cake=$(goodput_mbit "$SECONDS_PER_RUN" 1)
+	ip netns exec "$SRC" tc qdisc del dev s0 root
+	[ "$(qdisc_state s0)" = "$original" ] || fail "could not put the original qdisc back after CAKE"
+
+	shaper_start --iface s0 --rate "${rate}mbit"
+	state=$(qdisc_state s0)
+	echo "$state" | grep -q "qdisc fq 5348: root" || fail "shaper's fq is not the root: $state"
+	if ip netns exec "$SRC" shaper run --iface s0 --rate 1gbit 2>/tmp/second.err; then
+		fail "a second shaper on s0 was accepted"
+	fi
+	grep -q "already running" /tmp/second.err || fail "second shaper: unexpected error: $(cat /tmp/second.err)"
+	[ "$(qdisc_state s0)" = "$state" ] || fail "the refused second shaper changed the qdisc"
+	shaped=$(goodput_mbit "$SECONDS_PER_RUN" 1)
+	ip netns exec "$SRC" shaper stats --iface s0
+	ip netns exec "$SRC" shaper stats --iface s0 --json | grep -q '"packets"' || fail "stats --json"
+	shaper_stop
+
+	after=$(qdisc_state s0)
+	[ "$after" = "$original" ] || fail "qdisc not restored: before [$original] after [$after]"
+	ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1 && fail "stats still answers after exit"
+
+	log "rate ${rate}mbit: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s"
+	echo "RESULT kernel=$(uname -r) rate_mbit=$rate shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
+	within "$shaped" "$ceiling" "$TOLERANCE" || fail "shaper at ${rate}mbit: $shaped Mbit/s is not within ${TOLERANCE}% of $ceiling"
+	within "$shaped" "$cake" "$TOLERANCE" || fail "shaper at ${rate}mbit: $shaped Mbit/s is not within ${TOLERANCE}% of CAKE's $cake"
+done
+
+after_all=$(goodput_mbit "$SECONDS_PER_RUN" 1)
+log "unshaped again: $after_all Mbit/s"
+awk -v a="$after_all" -v r="$rate" 'BEGIN { exit !(a > 2 * r) }' || fail "throughput after exit ($after_all) still looks shaped"
+pair_down
+echo "e2e-rate: ok"

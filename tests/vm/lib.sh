@@ -1,0 +1,97 @@
+# Shared helpers for the VM end-to-end scripts (sourced, POSIX sh).
+#
+# Topology: two network namespaces joined by a veth pair.
+#   ns "src": veth "s0" 10.9.0.1/24, fd09::1/64   (shaper runs on s0 egress)
+#   ns "dst": veth "d0" 10.9.0.2/24, fd09::2/64   (iperf3 server)
+
+set -u
+
+SRC=src
+DST=dst
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+log() {
+	echo "== $*"
+}
+
+# pair_up: (re)create the two namespaces and the veth between them.
+pair_up() {
+	pair_down
+	ip netns add "$SRC"
+	ip netns add "$DST"
+	ip link add s0 netns "$SRC" type veth peer name d0 netns "$DST"
+	ip -n "$SRC" addr add 10.9.0.1/24 dev s0
+	ip -n "$DST" addr add 10.9.0.2/24 dev d0
+	ip -n "$SRC" -6 addr add fd09::1/64 dev s0 nodad
+	ip -n "$DST" -6 addr add fd09::2/64 dev d0 nodad
+	for ns in "$SRC" "$DST"; do ip -n "$ns" link set lo up; done
+	ip -n "$SRC" link set s0 up
+	ip -n "$DST" link set d0 up
+	ip netns exec "$DST" iperf3 -s -D -1 >/dev/null 2>&1 || true
+	ip netns exec "$DST" iperf3 -s -D >/dev/null
+	sleep 0.3
+}
+
+pair_down() {
+	ip netns del "$SRC" 2>/dev/null || true
+	ip netns del "$DST" 2>/dev/null || true
+}
+
+# goodput_mbit SECONDS PARALLEL: iperf3 from src to dst; prints the receiver's Mbit/s.
+goodput_mbit() {
+	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$1" -O 1 -P "$2" --format m 2>&1) ||
+		fail "iperf3: $out"
+	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
+}
+
+# qdisc_state IF: the root qdisc configuration of IF in src, stripped of counters.
+qdisc_state() {
+	ip netns exec "$SRC" tc qdisc show dev "$1" | sed 's/ refcnt [0-9]*//'
+}
+
+SHAPER_PID=
+
+# shaper_start ARGS...: runs `shaper run ARGS` in src in the background and waits until it
+# reports (via `shaper stats`) that it is shaping.
+shaper_start() {
+	ip netns exec "$SRC" shaper run "$@" >/tmp/shaper.log 2>&1 &
+	SHAPER_PID=$!
+	i=0
+	while ! ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt 100 ] || ! kill -0 "$SHAPER_PID" 2>/dev/null; then
+			cat /tmp/shaper.log >&2
+			fail "shaper did not start"
+		fi
+		sleep 0.1
+	done
+}
+
+# shaper_stop: SIGTERM and wait; fails if shaper exits non-zero.
+shaper_stop() {
+	kill -TERM "$SHAPER_PID"
+	if ! wait "$SHAPER_PID"; then
+		cat /tmp/shaper.log >&2
+		fail "shaper exited with an error"
+	fi
+	SHAPER_PID=
+}
+
+# within VALUE TARGET PERCENT: true when |VALUE - TARGET| <= PERCENT% of TARGET.
+within() {
+	awk -v v="$1" -v t="$2" -v p="$3" 'BEGIN { d = v - t; if (d < 0) d = -d; exit !(d <= t * p / 100) }'
+}
+
+# ratio A B: A/B with three decimals.
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'
+}
+
+# rate_mbit RATE_IN_MBIT: the goodput ceiling of 1500-byte-MTU TCP at a wire rate.
+tcp_ceiling_mbit() {
+	awk -v r="$1" 'BEGIN { printf "%.2f", r * 1448 / 1514 }'
+}
