@@ -31,12 +31,14 @@ pair_up() {
 	for ns in "$SRC" "$DST"; do ip -n "$ns" link set lo up; done
 	ip -n "$SRC" link set s0 up
 	ip -n "$DST" link set d0 up
-	ip netns exec "$DST" iperf3 -s -D -1 >/dev/null 2>&1 || true
 	ip netns exec "$DST" iperf3 -s -D >/dev/null
 	sleep 0.3
 }
 
 pair_down() {
+	for ns in "$SRC" "$DST"; do
+		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
+	done
 	ip netns del "$SRC" 2>/dev/null || true
 	ip netns del "$DST" 2>/dev/null || true
 }

@@ -1,6 +1,175 @@
+//! Installs what the project needs on a fresh machine of this kind (Debian 12, rustup with a
+//! stable and a nightly toolchain): Debian packages, the nightly's `rust-src`, the musl target,
+//! and bpf-linker built against the nightly's own libLLVM. Idempotent and quick when everything
+//! is present; every task calls it first.
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cache_dir, run_quiet, run_status};
+
+/// Debian packages: the VM (qemu, busybox, cpio, module decompressors) and the tools the VM
+/// and the lab run (iproute2, iperf3, ping, dash, ethtool), fonts for the lab's plots.
+const PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "iproute2",
+    "iperf3",
+    "iputils-ping",
+    "dash",
+    "bash",
+    "ethtool",
+    "file",
+    "xz-utils",
+    "zstd",
+    "fonts-dejavu-core",
+];
+
+const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+const NIGHTLY: &str = "nightly";
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
 #[derive(clap::Args)]
 pub struct Options {}
 
-pub fn run(_o: &Options) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+pub fn run(_o: &Options) -> Result<()> {
+    ensure()
+}
+
+pub fn ensure() -> Result<()> {
+    ensure_packages()?;
+    ensure_rust()?;
+    ensure_bpf_linker()
+}
+
+fn installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn ensure_packages() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "bootstrap: installing Debian packages: {}",
+        missing.join(" ")
+    );
+    run_status(Command::new("apt-get").args(["update", "-qq"]))
+        .context("apt-get update (are you root?)")?;
+    run_status(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .context("apt-get install")
+}
+
+fn ensure_rust() -> Result<()> {
+    let components = run_quiet(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        NIGHTLY,
+    ]))
+    .context("rustup: is the nightly toolchain installed? (rustup toolchain install nightly)")?;
+    if !components.lines().any(|l| l.starts_with("rust-src")) {
+        println!("bootstrap: adding rust-src to the nightly toolchain");
+        run_status(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            NIGHTLY,
+        ]))?;
+    }
+    let sysroot = run_quiet(Command::new("rustc").args(["--print", "sysroot"]))?;
+    if !PathBuf::from(sysroot.trim())
+        .join("lib/rustlib")
+        .join(MUSL_TARGET)
+        .exists()
+    {
+        println!("bootstrap: adding the {MUSL_TARGET} target");
+        run_status(Command::new("rustup").args(["target", "add", MUSL_TARGET]))?;
+    }
+    Ok(())
+}
+
+/// The nightly's libLLVM: (file name, LLVM major).
+fn nightly_llvm() -> Result<(PathBuf, String)> {
+    let sysroot =
+        run_quiet(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
+    let lib = PathBuf::from(sysroot.trim()).join("lib");
+    let file = std::fs::read_dir(&lib)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("libLLVM.so.") || (n.starts_with("libLLVM-") && n.ends_with(".so"))
+            })
+        })
+        .with_context(|| format!("no libLLVM in {}", lib.display()))?;
+    let name = file.file_name().unwrap().to_string_lossy().to_string();
+    let major = name
+        .trim_start_matches("libLLVM.so.")
+        .trim_start_matches("libLLVM-")
+        .split(['.', '-'])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok((file, major))
+}
+
+fn ensure_bpf_linker() -> Result<()> {
+    let works = Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        return Ok(());
+    }
+    let (libllvm, major) = nightly_llvm()?;
+    if major.is_empty() {
+        bail!("cannot tell the LLVM version of {}", libllvm.display());
+    }
+    println!(
+        "bootstrap: building bpf-linker {BPF_LINKER_VERSION} against the nightly's LLVM {major}"
+    );
+    // bpf-linker links libLLVM dynamically; point it at the nightly's own copy, under both the
+    // generic name and its SONAME.
+    let prefix = cache_dir().join("llvm-prefix");
+    let prefix_lib = prefix.join("lib");
+    std::fs::create_dir_all(&prefix_lib)?;
+    for name in [
+        "libLLVM.so".to_string(),
+        libllvm.file_name().unwrap().to_string_lossy().to_string(),
+    ] {
+        let link = prefix_lib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&libllvm, &link)?;
+    }
+    run_status(
+        Command::new("cargo")
+            .args([
+                "install",
+                "--force",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+            ])
+            .args([
+                "--no-default-features",
+                "--features",
+                &format!("llvm-{major}"),
+            ])
+            .env("LLVM_PREFIX", &prefix),
+    )
+    .context("building bpf-linker")
 }

@@ -2,13 +2,21 @@
 //! so a fresh clone goes from nothing to a result with one command.
 
 mod bootstrap;
+mod cpio;
 mod demo;
 mod dist;
+mod initramfs;
 mod kernel;
 mod lab;
 mod test;
 mod vm;
 
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -43,4 +51,62 @@ fn main() -> anyhow::Result<()> {
         Task::Demo(o) => demo::run(&o),
         Task::Lab(o) => lab::run(&o),
     }
+}
+
+/// The repository's root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+/// Where downloads and built artefacts that outlive `target/` go: `$XDG_CACHE_HOME/shaper`
+/// or `~/.cache/shaper` (`SHAPER_CACHE` overrides).
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SHAPER_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"));
+    base.join("shaper")
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Runs a command, returns its stdout; on failure the error carries its stderr.
+pub fn run_quiet(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", describe(cmd)))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}): {}",
+            describe(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a command with inherited output; fails on a non-zero exit.
+pub fn run_status(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {}", describe(cmd)))?;
+    if !status.success() {
+        bail!("{} failed ({status})", describe(cmd));
+    }
+    Ok(())
 }
