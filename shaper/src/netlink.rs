@@ -28,6 +28,8 @@ pub const RTM_GETLINK: u16 = 18;
 pub const RTM_NEWQDISC: u16 = 36;
 pub const RTM_DELQDISC: u16 = 37;
 pub const RTM_GETQDISC: u16 = 38;
+pub const RTM_GETTCLASS: u16 = 42;
+pub const RTM_GETTFILTER: u16 = 46;
 
 pub const TCA_KIND: u16 = 1;
 pub const TCA_OPTIONS: u16 = 2;

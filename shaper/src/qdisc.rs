@@ -13,8 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::{
-    Attrs, NLM_F_CREATE, NLM_F_REPLACE, NetlinkError, RTM_DELQDISC, RTM_GETQDISC, RTM_NEWQDISC,
-    Socket, TCA_KIND, TCA_OPTIONS, TCA_STAB, parse_attrs,
+    Attrs, NLM_F_CREATE, NLM_F_REPLACE, NetlinkError, RTM_DELQDISC, RTM_GETQDISC, RTM_GETTCLASS,
+    RTM_GETTFILTER, RTM_NEWQDISC, Socket, TCA_KIND, TCA_OPTIONS, TCA_STAB, parse_attrs,
 };
 
 pub const TC_H_ROOT: u32 = 0xFFFF_FFFF;
@@ -29,6 +29,10 @@ const TCA_FQ_HORIZON_DROP: u16 = 15;
 
 /// Qdisc kinds whose children are per-TX-queue leaves, not classes of a scheduling tree.
 const MULTIQUEUE_ROOTS: [&str; 1] = ["mq"];
+/// Qdiscs whose classes are user configuration (a class tree shaper could not restore).
+const CONFIGURED_CLASS_KINDS: [&str; 10] = [
+    "htb", "hfsc", "cbq", "drr", "qfq", "ets", "prio", "multiq", "atm", "dsmark",
+];
 
 /// One qdisc as the kernel reports it, with its configuration as raw attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,13 +88,15 @@ pub enum QdiscError {
     )]
     NoFq,
     #[error(
-        "{iface} has a classful qdisc tree at its root ({kind} {handle:x}: with {children} child qdisc(s)); shaper will not destroy it because it could not be restored. Remove it first (tc qdisc del dev {iface} root)"
+        "{iface} has a classful qdisc tree or filters at its root ({kind} {handle:x}: with {children} child qdisc(s), {classes} class(es), {filters} filter(s)); shaper will not destroy it because it could not be restored. Remove it first (tc qdisc del dev {iface} root)"
     )]
     ClassfulRoot {
         iface: String,
         kind: String,
         handle: u32,
         children: usize,
+        classes: usize,
+        filters: usize,
     },
     #[error("{action} on {iface}: {source}")]
     Netlink {
@@ -108,6 +114,27 @@ fn tcmsg(ifindex: u32, handle: u32, parent: u32) -> Vec<u8> {
     body.extend_from_slice(&parent.to_ne_bytes());
     body.extend_from_slice(&0u32.to_ne_bytes());
     body
+}
+
+/// Classes (`RTM_GETTCLASS`) or filters (`RTM_GETTFILTER`) of an interface under `parent`
+/// (0: all), counting those whose handle has the major number of `major_of` (0: any).
+fn count_objects(
+    sock: &mut Socket,
+    msg_type: u16,
+    ifindex: u32,
+    parent: u32,
+    major_of: u32,
+) -> Result<usize, NetlinkError> {
+    let replies = sock.dump(msg_type, &tcmsg(ifindex, 0, parent))?;
+    Ok(replies
+        .iter()
+        .filter(|r| r.len() >= 20)
+        .filter(|r| i32::from_ne_bytes(r[4..8].try_into().unwrap()) as u32 == ifindex)
+        .filter(|r| {
+            let handle = u32::from_ne_bytes(r[8..12].try_into().unwrap());
+            major_of == 0 || handle & 0xFFFF_0000 == major_of & 0xFFFF_0000
+        })
+        .count())
 }
 
 /// All qdiscs of an interface.
@@ -165,17 +192,39 @@ pub fn snapshot(sock: &mut Socket, ifindex: u32, iface: &str) -> Result<Snapshot
             .collect(),
         _ => Vec::new(),
     };
+    // Only the root's and (under mq) the leaves' own configuration can be replayed. Classes
+    // (htb's, even without child qdiscs) and filters attached to the root would be lost.
     if let Some(r) = &root
-        && !leaves.is_empty()
         && !MULTIQUEUE_ROOTS.contains(&r.kind.as_str())
         && !r.is_shaper()
+        && r.handle != 0
     {
-        return Err(QdiscError::ClassfulRoot {
+        let netlink = |action: &str, source| QdiscError::Netlink {
+            action: action.into(),
             iface: iface.into(),
-            kind: r.kind.clone(),
-            handle: r.handle >> 16,
-            children: leaves.len(),
-        });
+            source,
+        };
+        // fq_codel, cake and sfq list their internal flows as classes: only the qdiscs whose
+        // classes a user configures count.
+        let classes = if CONFIGURED_CLASS_KINDS.contains(&r.kind.as_str()) {
+            count_objects(sock, RTM_GETTCLASS, ifindex, 0, r.handle)
+                .map_err(|e| netlink("listing classes", e))?
+                .max(1)
+        } else {
+            0
+        };
+        let filters = count_objects(sock, RTM_GETTFILTER, ifindex, r.handle, 0)
+            .map_err(|e| netlink("listing filters", e))?;
+        if !leaves.is_empty() || classes > 0 || filters > 0 {
+            return Err(QdiscError::ClassfulRoot {
+                iface: iface.into(),
+                kind: r.kind.clone(),
+                handle: r.handle >> 16,
+                children: leaves.len(),
+                classes,
+                filters,
+            });
+        }
     }
     Ok(Snapshot {
         root,

@@ -49,6 +49,15 @@ ip netns exec "$SRC" tc class add dev s0 parent 1: classid 1:10 htb rate 10mbit
 expect_refusal "classful htb root" "classful" --iface s0 --rate 10mbit
 ip netns exec "$SRC" tc qdisc del dev s0 root
 
+ip netns exec "$SRC" tc qdisc replace dev s0 root handle 9: prio
+expect_refusal "prio root (classes without explicit children)" "classful" --iface s0 --rate 10mbit
+ip netns exec "$SRC" tc qdisc del dev s0 root
+
+ip netns exec "$SRC" tc qdisc replace dev s0 root handle 2: fq_codel
+ip netns exec "$SRC" tc filter add dev s0 parent 2: protocol ip u32 match ip dport 22 0xffff flowid 2:1
+expect_refusal "root with a filter" "filter" --iface s0 --rate 10mbit
+ip netns exec "$SRC" tc qdisc del dev s0 root
+
 expect_refusal "unknown interface" "no interface named" --iface nosuch0 --rate 10mbit
 expect_refusal "zero rate" "greater than zero" --iface s0 --rate 0
 expect_refusal "malformed rate" "invalid rate" --iface s0 --rate 10mbps/s

@@ -50,9 +50,10 @@ goodput_mbit() {
 	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
 }
 
-# qdisc_state IF: the root qdisc configuration of IF in src, stripped of counters.
+# qdisc_state IF: the qdisc configuration of IF in src, stripped of counters, sorted (the
+# kernel's dump order follows its handle hash, not the configuration).
 qdisc_state() {
-	ip netns exec "$SRC" tc qdisc show dev "$1" | sed 's/ refcnt [0-9]*//'
+	ip netns exec "$SRC" tc qdisc show dev "$1" | sed 's/ refcnt [0-9]*//' | sort
 }
 
 SHAPER_PID=
