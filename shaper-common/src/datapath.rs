@@ -36,12 +36,13 @@ pub const CALENDAR_BINS: u32 = 4096;
 pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
 
 /// The calendar's bin width for a rate and horizon: at least 1 ms, wide enough that a 64 KiB
-/// GSO packet fits in the bins one packet may book, and so that the ring spans the horizon
+/// GSO packet fits in half the bins one packet may book, and so that the ring spans the horizon
 /// (every departure the data path admits is booked, so the aggregate never exceeds the rate by
 /// more than a bin's worth).
 pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64) -> u64 {
     let gso = crate::edt::tx_time_ns(64 * 1024, ns_per_byte_fp);
-    let for_gso = gso.div_ceil(CALENDAR_MAX_SPAN_BINS as u64);
+    // Half the span: a GSO packet still fits when the bins it lands in are half booked.
+    let for_gso = gso.div_ceil(CALENDAR_MAX_SPAN_BINS as u64 / 2);
     let for_horizon = horizon_ns.div_ceil(CALENDAR_BINS as u64 - 2);
     let mut bin = 1_000_000;
     if for_gso > bin {

@@ -13,7 +13,7 @@
 //! Each bin is one u64 updated by compare-and-swap: the high 24 bits tag the lap of the ring
 //! the bin belongs to (a stale lap reads as empty), the low 40 bits the wire time taken (ns).
 
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS};
@@ -24,15 +24,14 @@ static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
 const LAP_MASK: u64 = (1 << 24) - 1;
-const CAS_ATTEMPTS: usize = 2;
 
 pub struct Booked {
     /// Earliest departure the calendar allows.
     pub depart_ns: u64,
     /// Whether the packet had to move past its wanted time (the aggregate was overbooked).
     pub delayed: bool,
-    /// Wire time that found no room within the bins a packet may span (counted, not lost: the
-    /// packet still leaves; the flow clocks keep pacing it).
+    /// Wire time that found no room within the bins a packet may span; charged over capacity
+    /// to the last bin scanned, and counted.
     pub unplaced_ns: u64,
     pub contended: bool,
 }
@@ -53,6 +52,7 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
     let mut index = want_ns / bin_ns;
     let mut remaining = tx_ns;
     let mut placed = false;
+    let mut last_bin: *mut u64 = core::ptr::null_mut();
     for _ in 0..CALENDAR_MAX_SPAN_BINS {
         if remaining == 0 {
             break;
@@ -60,53 +60,63 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
         let Some(bin) = CALENDAR.get_ptr_mut((index % CALENDAR_BINS as u64) as u32) else {
             break;
         };
+        last_bin = bin;
         let lap = (index / CALENDAR_BINS as u64) & LAP_MASK;
-        let mut current = unsafe { core::ptr::read_volatile(bin) };
-        for _ in 0..CAS_ATTEMPTS {
-            let booked = if current >> USED_BITS == lap {
-                current & USED_MASK
-            } else {
-                0
-            };
-            // Wire time that has already passed cannot be used: no burst credit from an idle
-            // start of the current bin.
-            let bin_start = index * bin_ns;
-            let elapsed = if now_ns > bin_start { now_ns - bin_start } else { 0 };
-            let used = if elapsed > booked { elapsed } else { booked };
-            if used >= bin_ns {
-                break;
-            }
-            let take = if bin_ns - used < remaining {
-                bin_ns - used
-            } else {
-                remaining
-            };
-            let next = (lap << USED_BITS) | (used + take);
-            let (seen, swapped) =
-                unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(bin, current, next) };
-            if swapped {
-                if !placed {
-                    placed = true;
-                    // In the bin it wanted, a packet leaves when its flow said: the bin's
-                    // capacity bounds the aggregate without ordering flows inside it. A packet
-                    // pushed into a later bin queues behind what that bin already carries.
-                    if bin_start > want_ns {
-                        out.depart_ns = bin_start + used;
-                        out.delayed = true;
-                    }
-                }
-                remaining -= take;
-                break;
-            }
-            out.contended = true;
-            current = seen;
-        }
+        let current = unsafe { core::ptr::read_volatile(bin) };
+        let booked = if current >> USED_BITS == lap {
+            current & USED_MASK
+        } else {
+            0
+        };
+        // Wire time that has already passed cannot be used: no burst credit from an idle
+        // start of the current bin.
+        let bin_start = index * bin_ns;
+        let elapsed = if now_ns > bin_start { now_ns - bin_start } else { 0 };
+        let used = if elapsed > booked { elapsed } else { booked };
         index += 1;
+        if used >= bin_ns {
+            continue;
+        }
+        let take = if bin_ns - used < remaining {
+            bin_ns - used
+        } else {
+            remaining
+        };
+        // One attempt per bin: a lost race moves on to the next bin (counted) rather than
+        // looping, which keeps the program within what the verifier explores.
+        let (_, swapped) = unsafe {
+            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
+                bin,
+                current,
+                (lap << USED_BITS) | (used + take),
+            )
+        };
+        if !swapped {
+            out.contended = true;
+            continue;
+        }
+        if !placed {
+            placed = true;
+            // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
+            // bounds the aggregate without ordering flows inside it. A packet pushed into a
+            // later bin queues behind what that bin already carries.
+            if bin_start > want_ns {
+                out.depart_ns = bin_start + used;
+                out.delayed = true;
+            }
+        }
+        remaining -= take;
     }
     if !placed {
         // Every bin the packet may span is full: leave after them.
         out.depart_ns = index * bin_ns;
         out.delayed = true;
+    }
+    if remaining > 0 && !last_bin.is_null() {
+        // Wire time that found no room still goes on the wire: charge it to the last bin
+        // scanned, over its capacity, so that the packets after it see that bin full instead of
+        // the aggregate silently running over the rate.
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(last_bin, remaining) };
     }
     out.unplaced_ns = remaining;
     out
