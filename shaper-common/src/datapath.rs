@@ -77,10 +77,13 @@ pub struct HostState {
     pub packets: u64,
     /// Wire bytes of packets that waited on their own flow clock (backlogged flows).
     pub waited_bytes: u64,
-    /// Flows seen for the first time in an epoch (one mark per flow per epoch).
-    pub active_marks: u64,
-    /// Flows that waited on their own clock for the first time in an epoch.
-    pub backlogged_marks: u64,
+    /// Flow-time: the sum over its packets of their transmission time at their flow's level.
+    /// Over an interval, its growth divided by the interval is the number of flows kept busy
+    /// (a flow limited elsewhere counts as the fraction of the level it uses), whatever the
+    /// packet sizes: one 64 KB GSO packet every 100 ms counts as much as its 45 frames.
+    pub busy_ns: u64,
+    /// The same for packets that waited on their own flow clock: backlogged flows.
+    pub backlogged_busy_ns: u64,
     /// Epoch of `new_flows` (new-flow quota window).
     pub quota_epoch: u64,
     /// Flow entries this host created in `quota_epoch`.
@@ -97,9 +100,6 @@ pub struct FlowState {
     pub clock_ns: u64,
     pub bytes: u64,
     pub packets: u64,
-    /// Last epoch this flow was marked active / backlogged in its host.
-    pub active_epoch: u64,
-    pub backlog_epoch: u64,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -231,7 +231,7 @@ pub mod program_names {
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 64);
-    assert!(core::mem::size_of::<FlowState>() == 40);
+    assert!(core::mem::size_of::<FlowState>() == 24);
     assert!(core::mem::size_of::<HostRate>() == 8);
     assert!(core::mem::size_of::<Levels>() == 16);
     assert!(core::mem::size_of::<ShaperConfig>() == 72);

@@ -126,7 +126,7 @@ pub fn schedule(
         unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
     }
 
-    count(host, flow, wire, want > now, epoch);
+    count(host, flow, wire, tx_flow, want > now);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
@@ -157,24 +157,18 @@ fn flow_rate(host_key: &FlowKey, config: &ShaperConfig) -> u64 {
 
 /// Cumulative counters for the control plane (atomic: several CPUs update a host at once).
 #[inline(always)]
-fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, waited: bool, epoch: u64) {
+fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, tx_flow: u64, waited: bool) {
     unsafe {
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.bytes, wire);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.packets, 1);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.busy_ns, tx_flow);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.bytes, wire);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.packets, 1);
     }
-    // One mark per flow and epoch; two CPUs racing on the same flow's first packet of an epoch
-    // may both mark it, which overcounts that flow by one for one interval.
-    if flow.active_epoch != epoch {
-        flow.active_epoch = epoch;
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.active_marks, 1) };
-    }
     if waited {
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.waited_bytes, wire) };
-        if flow.backlog_epoch != epoch {
-            flow.backlog_epoch = epoch;
-            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.backlogged_marks, 1) };
+        unsafe {
+            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.waited_bytes, wire);
+            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.backlogged_busy_ns, tx_flow);
         }
     }
 }

@@ -21,6 +21,10 @@ use crate::{
 
 pub const INTERVAL: Duration = Duration::from_millis(100);
 
+/// Below this many backlogged flows (flow-time per interval) a host is limited elsewhere: a
+/// flow that waited on its clock for a tenth of the interval is a burst, not a bottleneck.
+const BACKLOGGED_MIN: f64 = 0.1;
+
 /// Ticks a host may stay idle before its levels are forgotten (it comes back as a newcomer).
 const FORGET_AFTER_IDLE_TICKS: u32 = 2;
 
@@ -30,8 +34,11 @@ pub struct HostSample {
     pub rate_bps: f64,
     /// Rate of the packets that did not wait on their own flow clock.
     pub unbacklogged_bps: f64,
-    pub active_flows: u64,
-    pub backlogged_flows: u64,
+    /// Flows kept busy on average (flow-time over the interval; a flow using half its level
+    /// counts one half).
+    pub active_flows: f64,
+    /// The same for flows that were backlogged (waited on their own clock).
+    pub backlogged_flows: f64,
     /// Relative weight (triple-isolate), 1 otherwise.
     pub weight: f64,
 }
@@ -54,7 +61,7 @@ pub fn plan(rate_bps: f64, hosts: &[HostSample]) -> Plan {
         .iter()
         .map(|h| Member {
             weight: h.weight,
-            demand_bps: (h.backlogged_flows == 0).then_some(h.rate_bps),
+            demand_bps: (h.backlogged_flows < BACKLOGGED_MIN).then_some(h.rate_bps),
         })
         .collect();
     let level = water_level(capacity, &members);
@@ -151,10 +158,13 @@ impl Controller {
                 HostSample {
                     rate_bps: bytes as f64 * 8.0 / dt_s,
                     unbacklogged_bps: bytes.saturating_sub(waited) as f64 * 8.0 / dt_s,
-                    active_flows: state.active_marks.saturating_sub(prev.active_marks),
+                    active_flows: state.busy_ns.saturating_sub(prev.busy_ns) as f64 / 1e9 / dt_s,
                     backlogged_flows: state
-                        .backlogged_marks
-                        .saturating_sub(prev.backlogged_marks),
+                        .backlogged_busy_ns
+                        .saturating_sub(prev.backlogged_busy_ns)
+                        as f64
+                        / 1e9
+                        / dt_s,
                     weight: 1.0,
                 },
             ));
@@ -190,7 +200,10 @@ impl Controller {
         Ok(TickSummary {
             epoch: self.epoch,
             active_hosts: samples.len(),
-            bottlenecked_hosts: samples.iter().filter(|s| s.backlogged_flows > 0).count(),
+            bottlenecked_hosts: samples
+                .iter()
+                .filter(|s| s.backlogged_flows >= BACKLOGGED_MIN)
+                .count(),
             level_bps: plan.level_bps as u64,
             new_host_bps: plan.new_host_bps as u64,
         })
@@ -220,7 +233,7 @@ fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
 mod tests {
     use super::*;
 
-    fn bulk(flows: u64) -> HostSample {
+    fn bulk(flows: f64) -> HostSample {
         HostSample {
             rate_bps: 50e6,
             unbacklogged_bps: 0.0,
@@ -237,7 +250,7 @@ mod tests {
     #[test]
     fn the_seed_scenario_splits_by_host_then_flow() {
         // Client A with 1 connection, client B with 10, 100 Mbit/s: 50/50 by host, B's flows 5 each.
-        let p = plan(100e6, &[bulk(1), bulk(10)]);
+        let p = plan(100e6, &[bulk(1.0), bulk(10.0)]);
         assert!(close(p.hosts[0].0, 50e6) && close(p.hosts[1].0, 50e6), "{p:?}");
         assert!(close(p.hosts[0].1, 50e6) && close(p.hosts[1].1, 5e6), "{p:?}");
         // A third host would get a third at once.
@@ -249,11 +262,11 @@ mod tests {
         let slow = HostSample {
             rate_bps: 10e6,
             unbacklogged_bps: 10e6,
-            active_flows: 1,
-            backlogged_flows: 0,
+            active_flows: 0.2,
+            backlogged_flows: 0.0,
             weight: 1.0,
         };
-        let p = plan(100e6, &[slow, bulk(2), bulk(4)]);
+        let p = plan(100e6, &[slow, bulk(2.0), bulk(4.0)]);
         assert!(close(p.level_bps, 45e6), "{p:?}");
         assert!(close(p.hosts[1].1, 22.5e6) && close(p.hosts[2].1, 11.25e6), "{p:?}");
         // The slow host may still grow to the level at once.

@@ -43,16 +43,17 @@ pub fn water_level(capacity_bps: f64, members: &[Member]) -> f64 {
 }
 
 /// The level of the flows of one host: its allocation minus what its unbacklogged (limited)
-/// flows used, split between the backlogged ones. Never below an equal split of the allocation
-/// between all its active flows (measurement noise must not starve anyone), never above the
-/// allocation.
-pub fn flow_level(allocation_bps: f64, unbacklogged_bps: f64, backlogged: u64, active: u64) -> f64 {
+/// flows used, split between the backlogged ones (counts are flow-time averages, so
+/// fractional). Never below an equal split of the allocation between all its active flows
+/// (measurement noise must not starve anyone), never above the allocation.
+pub fn flow_level(allocation_bps: f64, unbacklogged_bps: f64, backlogged: f64, active: f64) -> f64 {
     let allocation = allocation_bps.max(0.0);
-    if backlogged == 0 {
+    if backlogged < 1.0 {
+        // Less than one flow kept busy: any single flow may use the whole allocation.
         return allocation;
     }
-    let floor = allocation / active.max(backlogged) as f64;
-    ((allocation - unbacklogged_bps.max(0.0)) / backlogged as f64).clamp(floor, allocation)
+    let floor = allocation / active.max(backlogged);
+    ((allocation - unbacklogged_bps.max(0.0)) / backlogged).clamp(floor, allocation)
 }
 
 /// Weights for `triple-isolate`: one per active (source, destination) pair such that every
@@ -156,11 +157,12 @@ mod tests {
     #[test]
     fn flow_level_splits_what_the_limited_flows_leave() {
         // 50 Mbit/s host, one DNS-like flow at 1 Mbit/s, 7 bulk flows: 7 Mbit/s each.
-        assert!(close(flow_level(50e6, 1e6, 7, 8), 7e6));
+        // (The limited flow is busy a seventh of the time at the 7 Mbit/s level.)
+        assert!(close(flow_level(50e6, 1e6, 7.0, 7.0 + 1.0 / 7.0), 7e6));
         // No backlogged flow: any flow may use the whole allocation.
-        assert!(close(flow_level(50e6, 3e6, 0, 4), 50e6));
+        assert!(close(flow_level(50e6, 3e6, 0.0, 0.4), 50e6));
         // Noise (limited flows measured above the allocation) never starves the bulk flows.
-        assert!(close(flow_level(50e6, 80e6, 2, 4), 12.5e6));
+        assert!(close(flow_level(50e6, 80e6, 2.0, 4.0), 12.5e6));
     }
 
     #[test]
