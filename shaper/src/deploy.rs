@@ -59,7 +59,7 @@ impl Deployment {
             warn!("ignoring unreadable state: {e}");
             None
         });
-        let mut datapath = Datapath::load()?;
+        let mut datapath = Datapath::load(&settings.state)?;
         datapath.configure(&settings.datapath_config())?;
 
         let mut sock = Socket::open()?;
@@ -140,6 +140,10 @@ impl Deployment {
 
     pub fn datapath(&self) -> &Datapath {
         &self.datapath
+    }
+
+    pub fn datapath_mut(&mut self) -> &mut Datapath {
+        &mut self.datapath
     }
 
     pub fn teardown(mut self) -> anyhow::Result<()> {

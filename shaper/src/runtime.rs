@@ -48,8 +48,9 @@ pub enum AttachMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MapIds {
     pub config: u32,
-    pub clock: u32,
     pub stats: u32,
+    pub hosts: u32,
+    pub flows: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,7 +24,7 @@ pub struct Report {
     pub dropped: std::collections::BTreeMap<&'static str, u64>,
     pub passed_unshaped: std::collections::BTreeMap<&'static str, u64>,
     pub clock_contended: u64,
-    /// How far ahead of now the departure clock is: the queue, in time.
+    /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
 }
 
