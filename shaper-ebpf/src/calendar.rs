@@ -71,7 +71,11 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
         // Wire time that has already passed cannot be used: no burst credit from an idle
         // start of the current bin.
         let bin_start = index * bin_ns;
-        let elapsed = if now_ns > bin_start { now_ns - bin_start } else { 0 };
+        let elapsed = if now_ns > bin_start {
+            now_ns - bin_start
+        } else {
+            0
+        };
         let used = if elapsed > booked { elapsed } else { booked };
         index += 1;
         if used >= bin_ns {

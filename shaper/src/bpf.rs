@@ -9,8 +9,8 @@ use aya::{
     },
 };
 use shaper_common::datapath::{
-    DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
-    map_names, program_names,
+    DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
+    program_names,
 };
 
 use crate::{
@@ -83,7 +83,8 @@ impl Datapath {
     /// Every host's state (the control loop reads hosts, never flows).
     pub fn hosts(&self) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
         let name = map_names::HOSTS;
-        let map = HashMap::<_, FlowKey, HostState>::try_from(self.map(name)?).map_err(map_err(name))?;
+        let map =
+            HashMap::<_, FlowKey, HostState>::try_from(self.map(name)?).map_err(map_err(name))?;
         // An entry evicted between listing its key and reading it is simply skipped.
         Ok(map.iter().filter_map(Result::ok).collect())
     }
@@ -91,21 +92,22 @@ impl Datapath {
     /// Up to `limit` flows (for stats; a full walk of a big table takes a while).
     pub fn flows(&self, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
         let name = map_names::FLOWS;
-        let map = HashMap::<_, FlowKey, FlowState>::try_from(self.map(name)?).map_err(map_err(name))?;
+        let map =
+            HashMap::<_, FlowKey, FlowState>::try_from(self.map(name)?).map_err(map_err(name))?;
         Ok(map.iter().filter_map(Result::ok).take(limit).collect())
     }
 
     pub fn set_host_rate(&mut self, key: &FlowKey, rate: &HostRate) -> Result<(), BpfError> {
         let name = map_names::HOST_RATES;
-        let mut map =
-            HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
         map.insert(key, rate, 0).map_err(map_err(name))
     }
 
     pub fn remove_host_rate(&mut self, key: &FlowKey) -> Result<(), BpfError> {
         let name = map_names::HOST_RATES;
-        let mut map =
-            HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
         match map.remove(key) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err(name)(e)),
@@ -165,7 +167,8 @@ impl Datapath {
     /// Counters of this instance (for tests and the control loop).
     pub fn snapshot(&self) -> Result<DatapathView, BpfError> {
         let name = map_names::STATS;
-        let stats = PerCpuArray::<_, DatapathStats>::try_from(self.map(name)?).map_err(map_err(name))?;
+        let stats =
+            PerCpuArray::<_, DatapathStats>::try_from(self.map(name)?).map_err(map_err(name))?;
         read_view(&stats)
     }
 }
@@ -217,7 +220,8 @@ where
 pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
     let name = map_names::STATS;
     let data = MapData::from_id(ids.stats).map_err(map_err(name))?;
-    let stats = PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(data)).map_err(map_err(name))?;
+    let stats =
+        PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(data)).map_err(map_err(name))?;
     read_view(&stats)
 }
 
@@ -225,7 +229,8 @@ pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
 pub fn hosts_by_id(id: u32) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
     let name = map_names::HOSTS;
     let data = MapData::from_id(id).map_err(map_err(name))?;
-    let map = HashMap::<_, FlowKey, HostState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, HostState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
     Ok(map.iter().filter_map(Result::ok).collect())
 }
 
@@ -233,7 +238,8 @@ pub fn hosts_by_id(id: u32) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
 pub fn flows_by_id(id: u32, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
     let name = map_names::FLOWS;
     let data = MapData::from_id(id).map_err(map_err(name))?;
-    let map = HashMap::<_, FlowKey, FlowState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, FlowState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
     Ok(map.iter().filter_map(Result::ok).take(limit).collect())
 }
 

@@ -390,6 +390,49 @@ mod tests {
         assert!(err.contains("cannot read config file"), "{err}");
     }
 
+    #[test]
+    fn isolation_and_state() {
+        let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
+        assert_eq!(s.isolation, Isolation::TripleIsolate);
+        let c = s.datapath_config();
+        assert_eq!(c.isolation, Isolation::TripleIsolate as u32);
+        assert_eq!(c.host_mask_v4, u32::MAX);
+        assert_eq!(c.host_mask_v6, [u32::MAX, u32::MAX, 0, 0]);
+        assert!(c.calendar_bin_ns >= 1_000_000);
+
+        let mut f = tempfile();
+        writeln!(
+            f.1,
+            "isolation = \"flows\"\n[state]\nhost-prefix-v4 = 24\nmax-flows = 4096"
+        )
+        .unwrap();
+        let s = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0)).unwrap();
+        assert_eq!(s.isolation, Isolation::Flows);
+        assert_eq!((s.state.host_prefix_v4, s.state.max_flows), (24, 4096));
+        let mut c = cli("eth0", "1gbit");
+        c.isolation = Some("dual-dsthost".into());
+        let s = Settings::resolve(c, Some(&f.0)).unwrap();
+        assert_eq!(s.isolation, Isolation::DualDstHost, "the command line wins");
+
+        let err = |c| Settings::resolve(c, None).unwrap_err().to_string();
+        let mut c = cli("eth0", "1gbit");
+        c.isolation = Some("triple".into());
+        let e = err(c);
+        assert!(
+            e.contains("unknown isolation mode") && e.contains("dual-srchost"),
+            "{e}"
+        );
+        let mut f = tempfile();
+        writeln!(f.1, "[state]\nhost-prefix-v6 = 129").unwrap();
+        let e = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host-prefix-v6 must be between 1 and 128"),
+            "{e}"
+        );
+    }
+
     fn tempfile() -> (std::path::PathBuf, std::fs::File) {
         let path = std::env::temp_dir().join(format!(
             "shaper-config-test-{}-{:?}.toml",

@@ -251,8 +251,14 @@ mod tests {
     fn the_seed_scenario_splits_by_host_then_flow() {
         // Client A with 1 connection, client B with 10, 100 Mbit/s: 50/50 by host, B's flows 5 each.
         let p = plan(100e6, &[bulk(1.0), bulk(10.0)]);
-        assert!(close(p.hosts[0].0, 50e6) && close(p.hosts[1].0, 50e6), "{p:?}");
-        assert!(close(p.hosts[0].1, 50e6) && close(p.hosts[1].1, 5e6), "{p:?}");
+        assert!(
+            close(p.hosts[0].0, 50e6) && close(p.hosts[1].0, 50e6),
+            "{p:?}"
+        );
+        assert!(
+            close(p.hosts[0].1, 50e6) && close(p.hosts[1].1, 5e6),
+            "{p:?}"
+        );
         // A third host would get a third at once.
         assert!(close(p.new_host_bps, 100e6 / 3.0), "{p:?}");
     }
@@ -268,9 +274,11 @@ mod tests {
         };
         let p = plan(100e6, &[slow, bulk(2.0), bulk(4.0)]);
         assert!(close(p.level_bps, 45e6), "{p:?}");
-        assert!(close(p.hosts[1].1, 22.5e6) && close(p.hosts[2].1, 11.25e6), "{p:?}");
+        assert!(
+            close(p.hosts[1].1, 22.5e6) && close(p.hosts[2].1, 11.25e6),
+            "{p:?}"
+        );
         // The slow host may still grow to the level at once.
         assert!(close(p.hosts[0].0, 45e6), "{p:?}");
     }
-
 }

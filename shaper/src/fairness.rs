@@ -134,7 +134,10 @@ mod tests {
     #[test]
     fn limited_members_keep_what_they_use_and_the_rest_is_shared() {
         // A slow sender at 10 Mbit/s and two bulk hosts on 100 Mbit/s: 10 / 45 / 45.
-        let level = water_level(100e6, &[limited(10e6), bottlenecked(1.0), bottlenecked(1.0)]);
+        let level = water_level(
+            100e6,
+            &[limited(10e6), bottlenecked(1.0), bottlenecked(1.0)],
+        );
         assert!(close(level, 45e6), "{level}");
         // A "limited" member using more than the fair level is in fact bottlenecked-like: the
         // level is what a fair split gives (it is capped at it by its clock).
@@ -144,7 +147,10 @@ mod tests {
 
     #[test]
     fn all_limited_leaves_the_whole_capacity_as_level() {
-        assert!(close(water_level(100e6, &[limited(1e6), limited(2e6)]), 100e6));
+        assert!(close(
+            water_level(100e6, &[limited(1e6), limited(2e6)]),
+            100e6
+        ));
         assert!(close(water_level(100e6, &[]), 100e6));
     }
 
@@ -186,7 +192,14 @@ mod tests {
         let src0: f64 = w[..4].iter().sum();
         let src1: f64 = w[4..].iter().sum();
         assert!((src0 - src1).abs() < 0.02, "{w:?}");
-        let dst = |d: usize| -> f64 { pairs.iter().zip(&w).filter(|(p, _)| p.1 == d).map(|(_, x)| x).sum() };
+        let dst = |d: usize| -> f64 {
+            pairs
+                .iter()
+                .zip(&w)
+                .filter(|(p, _)| p.1 == d)
+                .map(|(_, x)| x)
+                .sum()
+        };
         assert!((dst(0) - dst(2)).abs() < 0.02, "{w:?}");
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-9);
     }

@@ -117,7 +117,11 @@ fn dual_dsthost_paces_hosts_and_their_flows() {
     assert!(b[0] < a[1], "host B does not wait behind host A");
     let hosts = h.datapath.hosts().unwrap();
     assert_eq!(hosts.len(), 2, "one entry per destination host");
-    let b_state = hosts.iter().find(|(k, _)| *k == host_key(CLIENT_B)).unwrap().1;
+    let b_state = hosts
+        .iter()
+        .find(|(k, _)| *k == host_key(CLIENT_B))
+        .unwrap()
+        .1;
     assert_eq!(b_state.packets, 3);
     assert_eq!(b_state.bytes, 3 * FRAME as u64);
     // Flow-time: three frames at B's flow level, two of them after waiting on the clock.
@@ -203,5 +207,9 @@ fn a_new_flow_flood_from_one_host_shares_its_overflow_buckets() {
     // Another host is unaffected: its flows get entries of their own.
     send(&mut h, CLIENT_B, 1);
     let flows = h.datapath.flows(10_000).unwrap();
-    assert!(flows.iter().any(|(k, _)| k.dst[0] == u32::from_ne_bytes(CLIENT_B)));
+    assert!(
+        flows
+            .iter()
+            .any(|(k, _)| k.dst[0] == u32::from_ne_bytes(CLIENT_B))
+    );
 }

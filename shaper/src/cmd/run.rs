@@ -39,7 +39,6 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
 }
 
-
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let cli = CliConfig {
         iface: args.iface,
