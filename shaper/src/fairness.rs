@@ -52,7 +52,11 @@ pub fn flow_level(allocation_bps: f64, unbacklogged_bps: f64, backlogged: f64, a
         // Less than one flow kept busy: any single flow may use the whole allocation.
         return allocation;
     }
-    let floor = allocation / active.max(backlogged);
+    // Flow-time counts run a little above the truth while a backlog builds (packets are
+    // counted when stamped, ahead of their departure): round before dividing, so that one flow
+    // measured as 1.02 still gets the whole allocation. Overestimating a level by a fraction of
+    // a flow is safe, the calendar holds the aggregate to the rate.
+    let floor = allocation / active.max(backlogged).round().max(1.0);
     ((allocation - unbacklogged_bps.max(0.0)) / backlogged).clamp(floor, allocation)
 }
 
@@ -163,12 +167,21 @@ mod tests {
     #[test]
     fn flow_level_splits_what_the_limited_flows_leave() {
         // 50 Mbit/s host, one DNS-like flow at 1 Mbit/s, 7 bulk flows: 7 Mbit/s each.
-        // (The limited flow is busy a seventh of the time at the 7 Mbit/s level.)
-        assert!(close(flow_level(50e6, 1e6, 7.0, 7.0 + 1.0 / 7.0), 7e6));
+        // (The limited flow is busy a seventh of the time at the 7 Mbit/s level: the rounded
+        // floor gives the bulk flows 50/7, a fraction of a flow more than exact.)
+        let level = flow_level(50e6, 1e6, 7.0, 7.0 + 1.0 / 7.0);
+        assert!((7e6..=50e6 / 7.0).contains(&level), "{level}");
+        // 9 Mbit/s of limited flows (busy 9/10.25 of the time) and 4 bulk flows.
+        assert!(close(
+            flow_level(50e6, 9e6, 4.0, 4.0 + 9.0 / 10.25),
+            10.25e6
+        ));
         // No backlogged flow: any flow may use the whole allocation.
         assert!(close(flow_level(50e6, 3e6, 0.0, 0.4), 50e6));
         // Noise (limited flows measured above the allocation) never starves the bulk flows.
         assert!(close(flow_level(50e6, 80e6, 2.0, 4.0), 12.5e6));
+        // One flow measured slightly above one still gets the whole allocation.
+        assert!(close(flow_level(50e6, 0.5e6, 1.02, 1.03), 50e6));
     }
 
     #[test]
