@@ -160,6 +160,7 @@ impl Datapath {
             config: id(map_names::CONFIG)?,
             hosts: id(map_names::HOSTS)?,
             flows: id(map_names::FLOWS)?,
+            host_rates: id(map_names::HOST_RATES)?,
             stats: id(map_names::STATS)?,
         })
     }
@@ -231,6 +232,15 @@ pub fn hosts_by_id(id: u32) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
     let data = MapData::from_id(id).map_err(map_err(name))?;
     let map =
         HashMap::<_, FlowKey, HostState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
+    Ok(map.iter().filter_map(Result::ok).collect())
+}
+
+/// The levels the control plane wrote, by map id.
+pub fn host_rates_by_id(id: u32) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
+    let name = map_names::HOST_RATES;
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, HostRate>::try_from(Map::HashMap(data)).map_err(map_err(name))?;
     Ok(map.iter().filter_map(Result::ok).collect())
 }
 

@@ -51,6 +51,7 @@ pub struct MapIds {
     pub stats: u32,
     pub hosts: u32,
     pub flows: u32,
+    pub host_rates: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +61,8 @@ pub struct State {
     pub ifindex: u32,
     pub rate_bps: u64,
     pub horizon_ns: u64,
+    /// Isolation mode name (see `shaper_common::isolation`).
+    pub isolation: String,
     pub started_unix_s: u64,
     pub attach: AttachMode,
     /// shaper added the clsact qdisc (netlink attach) and removes it on exit.
