@@ -3,17 +3,20 @@
 //! then the runner's helpers for servers, flows and probes. Plans are plain sh that can be read
 //! (and run by hand in the VM) to see exactly what a result measured.
 //!
-//! The topology, from the servers' side to the hosts':
+//! The topology: every box is a network namespace, every link a veth pair, and everything is
+//! routed (IPv4 and IPv6; the VM's kernel has no bridge module, and routing needs none):
 //!
 //! ```text
-//!  s-<server> eth0 ─ s<i> [wan: bridge br0] mdm ─ up [modem: bridge br0] dn ─ wan0 [router] lan0 (bridge) p<i> ─ eth0 h-<host>
-//!  10.0.0.10+i                                                      10.0.0.1         10.0.1.1                      10.0.1.10+i
+//!  s-<server> eth0 ── s<i> ┐                                              ┌ p<i> ── eth0 h-<host>
+//!  10.1.<i>.2, fd01:<i>::2  wan mdm ── m-wan modem m-lan ── wan0 router lan0 ── rtr lan
+//!                          (10.0.2.0/24)     (10.0.3.0/24)    (10.0.4.0/24)   10.2.<i>.2, fd02:<i>::2
 //! ```
 //!
-//! The modem carries the emulated bottleneck: `bottleneck.down` on the egress of `dn`
-//! (towards the hosts), `bottleneck.up` on the egress of `up` (towards the servers). Every link
-//! of the path passes all traffic of its direction, so one queue per direction is shared by
-//! all hosts, as in a real access link.
+//! `wan` stands for the internet, `lan` for the home switch. The modem carries the emulated
+//! bottleneck: `bottleneck.down` on the egress of `m-lan` (towards the hosts), `bottleneck.up`
+//! on the egress of `m-wan` (towards the servers), so each direction has one queue shared by all
+//! hosts, as on a real access link. The router's `wan0` and `lan0` are likewise single
+//! interfaces every upload or download passes, where a home router's shaper sits.
 
 use std::fmt::Write;
 
@@ -34,12 +37,20 @@ pub fn host_ns(name: &str) -> String {
     format!("h-{name}")
 }
 
-fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
-    let i = s.servers.iter().position(|n| n == name).unwrap_or(0) + 10;
+/// The address of the i-th node (from 1) on side 1 (servers) or 2 (hosts).
+fn node_addr(side: u8, i: usize, family: Family) -> String {
     match family {
-        Family::Ipv4 => format!("10.0.0.{i}"),
-        Family::Ipv6 => format!("fd00::{i}"),
+        Family::Ipv4 => format!("10.{side}.{i}.2"),
+        Family::Ipv6 => format!("fd0{side}:{i}::2"),
     }
+}
+
+fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
+    node_addr(
+        1,
+        s.servers.iter().position(|n| n == name).unwrap_or(0) + 1,
+        family,
+    )
 }
 
 /// The namespace and interface of a placement.
@@ -88,20 +99,20 @@ pub fn generate(s: &Scenario, c: &Contender) -> String {
     topology(&mut p, s);
     p.push_str("# the emulated bottleneck\n");
     if let Some(l) = &s.down {
-        bottleneck(&mut p, "dn", l);
+        bottleneck(&mut p, "m-lan", l);
     }
     if let Some(l) = &s.up {
-        bottleneck(&mut p, "up", l);
+        bottleneck(&mut p, "m-wan", l);
     }
     p.push_str("# the contender\n");
     contender(&mut p, s, c);
     traffic(&mut p, s);
     p.push_str("# counters\n");
     if s.down.is_some() {
-        p.push_str("lab_collect bottleneck-down modem dn\n");
+        p.push_str("lab_collect bottleneck-down modem m-lan\n");
     }
     if s.up.is_some() {
-        p.push_str("lab_collect bottleneck-up modem up\n");
+        p.push_str("lab_collect bottleneck-up modem m-wan\n");
     }
     for pl in &c.placements {
         let (ns, dev) = location(s, &pl.at);
@@ -121,83 +132,96 @@ pub fn generate(s: &Scenario, c: &Contender) -> String {
 
 fn topology(p: &mut String, s: &Scenario) {
     p.push_str("# topology\n");
-    let mut namespaces = vec!["wan".to_string(), "modem".into(), "router".into()];
+    let mut namespaces: Vec<String> = ["wan", "modem", "router", "lan"].map(String::from).into();
     namespaces.extend(s.servers.iter().map(|n| server_ns(n)));
     namespaces.extend(s.hosts.iter().map(|n| host_ns(n)));
     for ns in &namespaces {
         do_(p, &format!("ip netns add {ns}"));
         do_(p, &format!("ip -n {ns} link set lo up"));
     }
-    for ns in ["wan", "modem"] {
-        do_(p, &format!("ip -n {ns} link add br0 type bridge"));
-    }
-    do_(
-        p,
-        "ip link add dn netns modem type veth peer name wan0 netns router",
-    );
-    do_(
-        p,
-        "ip link add up netns modem type veth peer name mdm netns wan",
-    );
-    do_(p, "ip -n modem link set dn master br0");
-    do_(p, "ip -n modem link set up master br0");
-    do_(p, "ip -n wan link set mdm master br0");
-    do_(p, "ip -n router link add lan0 type bridge");
+    // The chain wan - modem - router - lan, on 10.0.2-4.0/24 (.1 on the wan side).
+    link(p, ("wan", "mdm"), ("modem", "m-wan"), "10.0.2", "fd00:2:");
+    link(p, ("modem", "m-lan"), ("router", "wan0"), "10.0.3", "fd00:3:");
+    link(p, ("router", "lan0"), ("lan", "rtr"), "10.0.4", "fd00:4:");
     for (i, name) in s.servers.iter().enumerate() {
-        let ns = server_ns(name);
-        do_(
+        let (ns, port) = (server_ns(name), format!("s{}", i + 1));
+        link(
             p,
-            &format!("ip link add eth0 netns {ns} type veth peer name s{i} netns wan"),
+            ("wan", &port),
+            (&ns, "eth0"),
+            &format!("10.1.{}", i + 1),
+            &format!("fd01:{}:", i + 1),
         );
-        do_(p, &format!("ip -n wan link set s{i} master br0"));
-        do_(p, &format!("ip -n wan link set s{i} up"));
-        addresses(p, &ns, "eth0", 0, i + 10);
+        route(p, &ns, "default", "10.1", i + 1, "fd01");
     }
     for (i, name) in s.hosts.iter().enumerate() {
-        let ns = host_ns(name);
+        let (ns, port) = (host_ns(name), format!("p{}", i + 1));
+        link(
+            p,
+            ("lan", &port),
+            (&ns, "eth0"),
+            &format!("10.2.{}", i + 1),
+            &format!("fd02:{}:", i + 1),
+        );
+        route(p, &ns, "default", "10.2", i + 1, "fd02");
+    }
+    // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it.
+    for (ns, up, down) in [
+        ("wan", None, Some(("10.0.2.2", "fd00:2::2"))),
+        (
+            "modem",
+            Some(("10.0.2.1", "fd00:2::1")),
+            Some(("10.0.3.2", "fd00:3::2")),
+        ),
+        (
+            "router",
+            Some(("10.0.3.1", "fd00:3::1")),
+            Some(("10.0.4.2", "fd00:4::2")),
+        ),
+        ("lan", Some(("10.0.4.1", "fd00:4::1")), None),
+    ] {
+        if let Some((v4, v6)) = up {
+            do_(p, &format!("ip -n {ns} route add default via {v4}"));
+            do_(p, &format!("ip -n {ns} -6 route add default via {v6}"));
+        }
+        if let Some((v4, v6)) = down {
+            do_(p, &format!("ip -n {ns} route add 10.2.0.0/16 via {v4}"));
+            do_(p, &format!("ip -n {ns} -6 route add fd02::/16 via {v6}"));
+        }
         do_(
             p,
-            &format!("ip link add eth0 netns {ns} type veth peer name p{i} netns router"),
+            &format!("ip netns exec {ns} sysctl -qw net.ipv4.ip_forward=1"),
         );
-        do_(p, &format!("ip -n router link set p{i} master lan0"));
-        do_(p, &format!("ip -n router link set p{i} up"));
-        addresses(p, &ns, "eth0", 1, i + 10);
+        do_(
+            p,
+            &format!("ip netns exec {ns} sysctl -qw net.ipv6.conf.all.forwarding=1"),
+        );
     }
-    for dev in ["br0", "dn", "up"] {
-        do_(p, &format!("ip -n modem link set {dev} up"));
-    }
-    for dev in ["br0", "mdm"] {
-        do_(p, &format!("ip -n wan link set {dev} up"));
-    }
-    do_(p, "ip -n router addr add 10.0.0.1/24 dev wan0");
-    do_(p, "ip -n router addr add fd00::1/64 dev wan0 nodad");
-    do_(p, "ip -n router addr add 10.0.1.1/24 dev lan0");
-    do_(p, "ip -n router addr add fd01::1/64 dev lan0 nodad");
-    do_(p, "ip -n router link set wan0 up");
-    do_(p, "ip -n router link set lan0 up");
-    do_(p, "ip netns exec router sysctl -qw net.ipv4.ip_forward=1");
-    do_(
-        p,
-        "ip netns exec router sysctl -qw net.ipv6.conf.all.forwarding=1",
-    );
 }
 
-/// Addresses, link and default route of a node on subnet `net` (0: servers, 1: hosts).
-fn addresses(p: &mut String, ns: &str, dev: &str, net: u8, i: usize) {
+/// A veth pair between two namespaces on subnet NET.0/24 (v4) and V6:/64: `a` gets .1, `b` .2.
+fn link(p: &mut String, a: (&str, &str), b: (&str, &str), net: &str, v6: &str) {
     do_(
         p,
-        &format!("ip -n {ns} addr add 10.0.{net}.{i}/24 dev {dev}"),
+        &format!(
+            "ip link add {} netns {} type veth peer name {} netns {}",
+            a.1, a.0, b.1, b.0
+        ),
     );
-    do_(
-        p,
-        &format!("ip -n {ns} addr add fd0{net}::{i}/64 dev {dev} nodad"),
-    );
-    do_(p, &format!("ip -n {ns} link set {dev} up"));
-    do_(p, &format!("ip -n {ns} route add default via 10.0.{net}.1"));
-    do_(
-        p,
-        &format!("ip -n {ns} -6 route add default via fd0{net}::1"),
-    );
+    for ((ns, dev), host) in [(a, 1), (b, 2)] {
+        do_(p, &format!("ip -n {ns} addr add {net}.{host}/24 dev {dev}"));
+        do_(
+            p,
+            &format!("ip -n {ns} addr add {v6}:{host}/64 dev {dev} nodad"),
+        );
+        do_(p, &format!("ip -n {ns} link set dev {dev} up"));
+    }
+}
+
+/// A node's default route through its side's router (NET.I.1, V6:I::1).
+fn route(p: &mut String, ns: &str, to: &str, net: &str, i: usize, v6: &str) {
+    do_(p, &format!("ip -n {ns} route add {to} via {net}.{i}.1"));
+    do_(p, &format!("ip -n {ns} -6 route add {to} via {v6}:{i}::1"));
 }
 
 /// netem for delay, jitter and loss; under it a token bucket for the rate, whose queue limit
@@ -423,7 +447,7 @@ mod tests {
             plan.contains("parent 1:1 handle 2: tbf rate 100000000bit burst 12500 limit 1048576")
         );
         assert!(plan.contains("lab_shaper s-server eth0 --rate 95mbit --isolation hosts"));
-        assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.0.0.10 -p 5201 -P 4 -R -C bbr"));
+        assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.1.1.2 -p 5201 -P 4 -R -C bbr"));
         assert!(plan.contains("lab_collect contender-server s-server eth0"));
     }
 }

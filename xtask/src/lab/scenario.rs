@@ -267,9 +267,9 @@ pub struct Probe {
 
 const CONGESTION_CONTROLS: &[&str] = &["cubic", "bbr", "reno"];
 /// Names the topology uses itself.
-const RESERVED: &[&str] = &["router", "modem", "wan", "router-wan", "router-lan"];
-/// Servers and hosts share two /24s (addresses .10 upward).
-const MAX_NODES: usize = 200;
+const RESERVED: &[&str] = &["router", "modem", "wan", "lan", "router-wan", "router-lan"];
+/// Servers and hosts each get a /24 of 10.1/16 and 10.2/16.
+const MAX_NODES: usize = 250;
 
 pub fn load(path: &Path) -> Result<Scenario> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -349,8 +349,8 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     ensure!(!servers.is_empty(), "topology.servers: at least one server");
     ensure!(!hosts.is_empty(), "topology.hosts: at least one host");
     ensure!(
-        servers.len() + hosts.len() <= MAX_NODES,
-        "topology: at most {MAX_NODES} servers and hosts"
+        servers.len() <= MAX_NODES && hosts.len() <= MAX_NODES,
+        "topology: at most {MAX_NODES} servers and {MAX_NODES} hosts"
     );
     let mut seen = BTreeSet::new();
     for n in servers.iter().chain(&hosts) {
