@@ -10,6 +10,7 @@ mod plan;
 mod plot;
 mod report;
 mod results;
+pub mod sanity;
 mod scenario;
 mod stats;
 mod units;
@@ -228,7 +229,9 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     spec.out_dir = Some(raw.clone());
     // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
     spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
+    let load_before = host_load();
     let code = vm::run(&spec)?;
+    let host_load = (load_before, self::host_load());
     if code != 0 {
         eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
     }
@@ -252,6 +255,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
                 dir,
                 kernel: kernel.clone(),
                 git_commit: git_commit.clone(),
+                host_load,
             })
             .with_context(|| format!("analysing {} / {} / {rep}", s.name, c.name))?;
             let path = out
@@ -292,6 +296,14 @@ fn git_commit(root: &Path) -> String {
     .map(|s| !s.trim().is_empty())
     .unwrap_or(false);
     if dirty { format!("{head}-dirty") } else { head }
+}
+
+/// The host's 1-minute load average (0 when unknown).
+fn host_load() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Reads every per-run JSON under DIR/results.

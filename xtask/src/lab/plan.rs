@@ -141,7 +141,13 @@ fn topology(p: &mut String, s: &Scenario) {
     }
     // The chain wan - modem - router - lan, on 10.0.2-4.0/24 (.1 on the wan side).
     link(p, ("wan", "mdm"), ("modem", "m-wan"), "10.0.2", "fd00:2:");
-    link(p, ("modem", "m-lan"), ("router", "wan0"), "10.0.3", "fd00:3:");
+    link(
+        p,
+        ("modem", "m-lan"),
+        ("router", "wan0"),
+        "10.0.3",
+        "fd00:3:",
+    );
     link(p, ("router", "lan0"), ("lan", "rtr"), "10.0.4", "fd00:4:");
     for (i, name) in s.servers.iter().enumerate() {
         let (ns, port) = (server_ns(name), format!("s{}", i + 1));

@@ -206,7 +206,8 @@ fn scenario_markdown(
         md.push_str(&format!("{}\n\n", first.description.trim()));
     }
     md.push_str(&format!(
-        "Linux {}, commit `{}`, scenario sha256 `{}`, {} s per run ({} s warm-up discarded). \
+        "Linux {}, commit `{}`, scenario sha256 `{}`, {} s per run ({} s warm-up discarded), \
+         host load average {:.1} before and {:.1} after the VM ran. \
          Throughput is TCP/UDP goodput at the receivers; utilisation is relative to the \
          contender's rate (or the bottleneck's for `none`), both wire rates; latencies are \
          ICMP round trips between host and server.\n\n",
@@ -215,6 +216,8 @@ fn scenario_markdown(
         &first.scenario_hash[..first.scenario_hash.len().min(16)],
         first.duration_s,
         first.warmup_s,
+        first.host_load.0,
+        first.host_load.1,
     ));
     md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
     md.push_str(&markdown_table(&rows(&s.runs)));

@@ -34,6 +34,10 @@ pub struct RunResult {
     pub message: String,
     pub kernel: String,
     pub git_commit: String,
+    /// The host's 1-minute load average before and after the VM ran: the VM is emulated
+    /// (TCG), so anything else busy on the host slows it and shows in its numbers.
+    #[serde(default)]
+    pub host_load: (f64, f64),
     pub duration_s: f64,
     pub warmup_s: f64,
     pub bin_s: f64,
@@ -122,6 +126,7 @@ pub struct Context<'a> {
     pub dir: PathBuf,
     pub kernel: String,
     pub git_commit: String,
+    pub host_load: (f64, f64),
 }
 
 fn read(dir: &Path, name: &str) -> Option<String> {
@@ -155,6 +160,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         message,
         kernel: c.kernel.clone(),
         git_commit: c.git_commit.clone(),
+        host_load: c.host_load,
         duration_s: s.duration,
         warmup_s: s.warmup,
         bin_s: BIN,

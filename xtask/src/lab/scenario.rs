@@ -522,7 +522,6 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             family: fl.family,
         });
     }
-    ensure!(!flows.is_empty(), "no [[flow]]: nothing to measure");
 
     let mut probes = Vec::new();
     for (i, p) in f.probe.into_iter().enumerate() {
@@ -555,6 +554,10 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         });
     }
 
+    ensure!(
+        !flows.is_empty() || !probes.is_empty(),
+        "no [[flow]] and no [[probe]]: nothing to measure"
+    );
     Ok(Scenario {
         name,
         description: f.description.unwrap_or_default(),
