@@ -116,7 +116,7 @@ mod tests {
         // The seed: one host with 1 flow vs one with 10, fair per flow: 9.09 vs 90.9.
         assert!(close(
             jain(&[100.0 / 11.0, 1000.0 / 11.0]).unwrap(),
-            0.5983471074380165
+            121.0 / 202.0
         ));
         assert_eq!(jain(&[]), None);
         assert_eq!(jain(&[0.0, 0.0]), None);
