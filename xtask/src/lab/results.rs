@@ -76,6 +76,8 @@ pub struct HostResult {
 pub struct FlowResult {
     pub id: String,
     pub host: String,
+    #[serde(default)]
+    pub server: String,
     pub direction: FlowDirection,
     pub protocol: Protocol,
     pub cc: Option<String>,
@@ -381,6 +383,7 @@ fn flow(
     FlowResult {
         id: f.id.clone(),
         host: f.host.clone(),
+        server: f.server.clone(),
         direction: f.direction,
         protocol: f.protocol,
         cc: f.cc.clone(),
