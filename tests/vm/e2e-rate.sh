@@ -15,19 +15,18 @@ original=$(qdisc_state s0)
 unshaped=$(goodput_mbit "$SECONDS_PER_RUN" 1) || exit 1
 log "unshaped: $unshaped Mbit/s"
 
-for rate in $RATES; do
-	ceiling=$(tcp_ceiling_mbit "$rate")
-
+# measure_pair RATE: CAKE's goodput at RATE, then shaper's, into $cake and $shaped.
+measure_pair() {
 	# The reference is CAKE counting wire bytes per segment like shaper (raw), one tin, and
 	# not splitting GSO super-packets (neither does shaper): under TCG, CAKE's default
 	# split-gso is CPU-bound at 500 Mbit/s (418-435 Mbit/s measured vs 476-478 without it),
 	# which would measure the emulator, not the rate.
-	ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "${rate}mbit" besteffort raw no-split-gso
+	ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "${1}mbit" besteffort raw no-split-gso
 	cake=$(goodput_mbit "$SECONDS_PER_RUN" 1) || exit 1
 	ip netns exec "$SRC" tc qdisc del dev s0 root
 	[ "$(qdisc_state s0)" = "$original" ] || fail "could not put the original qdisc back after CAKE"
 
-	shaper_start --iface s0 --rate "${rate}mbit"
+	shaper_start --iface s0 --rate "${1}mbit"
 	state=$(qdisc_state s0)
 	echo "$state" | grep -Eq "qdisc (fq|mq) 5348: root" || fail "shaper did not install its root qdisc: $state"
 	if ip netns exec "$SRC" shaper run --iface s0 --rate 1gbit 2>/tmp/second.err; then
@@ -43,7 +42,22 @@ for rate in $RATES; do
 	after=$(qdisc_state s0)
 	[ "$after" = "$original" ] || fail "qdisc not restored: before [$original] after [$after]"
 	ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1 && fail "stats still answers after exit"
+}
 
+# accurate CEILING: shaper within TOLERANCE of the ceiling and of CAKE.
+accurate() {
+	within "$shaped" "$1" "$TOLERANCE" && within "$shaped" "$cake" "$TOLERANCE"
+}
+
+for rate in $RATES; do
+	ceiling=$(tcp_ceiling_mbit "$rate")
+	measure_pair "$rate"
+	if ! accurate "$ceiling"; then
+		# An emulated machine shares its host: one pair of runs can be starved by something
+		# else on it. Measure both again once, and judge the second pair.
+		log "rate ${rate}mbit: shaper $shaped, cake $cake: outside ${TOLERANCE}%, measuring again"
+		measure_pair "$rate"
+	fi
 	log "rate ${rate}mbit: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s"
 	echo "RESULT kernel=$(uname -r) rate_mbit=$rate shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
 	within "$shaped" "$ceiling" "$TOLERANCE" || fail "shaper at ${rate}mbit: $shaped Mbit/s is not within ${TOLERANCE}% of $ceiling"
