@@ -717,7 +717,7 @@ mod tests {
     }
 
     fn err(s: &str) -> String {
-        format!("{:#}", parse_str(s).err().expect("should be rejected"))
+        format!("{:#}", parse_str(s).expect_err("should be rejected"))
     }
 
     #[test]
