@@ -6,7 +6,7 @@
 //!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
 //!    so one failure cannot mask another.
 //! 3. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
-//!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, a pure-delay path shows its RTT.
+//!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
 //!
 //! Ends with a `N passed, M failed` line and a non-zero exit if anything failed.
 
