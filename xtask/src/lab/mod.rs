@@ -252,6 +252,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
                 scenario: s,
                 contender: c,
                 repetition: rep,
+                run_index: all.len(),
                 dir,
                 kernel: kernel.clone(),
                 git_commit: git_commit.clone(),
@@ -331,5 +332,6 @@ pub fn load_results(dir: &Path) -> Result<Vec<RunResult>> {
     if out.is_empty() {
         bail!("{}: no results", base.display());
     }
+    out.sort_by_key(|r: &RunResult| r.run_index);
     Ok(out)
 }

@@ -158,7 +158,7 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("10.1.{}", i + 1),
             &format!("fd01:{}:", i + 1),
         );
-        route(p, &ns, "default", "10.1", i + 1, "fd01");
+        default_route(p, &ns, "10.1", i + 1, "fd01");
     }
     for (i, name) in s.hosts.iter().enumerate() {
         let (ns, port) = (host_ns(name), format!("p{}", i + 1));
@@ -169,7 +169,7 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("10.2.{}", i + 1),
             &format!("fd02:{}:", i + 1),
         );
-        route(p, &ns, "default", "10.2", i + 1, "fd02");
+        default_route(p, &ns, "10.2", i + 1, "fd02");
     }
     // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it.
     for (ns, up, down) in [
@@ -225,9 +225,12 @@ fn link(p: &mut String, a: (&str, &str), b: (&str, &str), net: &str, v6: &str) {
 }
 
 /// A node's default route through its side's router (NET.I.1, V6:I::1).
-fn route(p: &mut String, ns: &str, to: &str, net: &str, i: usize, v6: &str) {
-    do_(p, &format!("ip -n {ns} route add {to} via {net}.{i}.1"));
-    do_(p, &format!("ip -n {ns} -6 route add {to} via {v6}:{i}::1"));
+fn default_route(p: &mut String, ns: &str, net: &str, i: usize, v6: &str) {
+    do_(p, &format!("ip -n {ns} route add default via {net}.{i}.1"));
+    do_(
+        p,
+        &format!("ip -n {ns} -6 route add default via {v6}:{i}::1"),
+    );
 }
 
 /// netem for delay, jitter and loss; under it a token bucket for the rate, whose queue limit

@@ -28,6 +28,9 @@ pub struct RunResult {
     pub contender: String,
     pub kind: String,
     pub repetition: u32,
+    /// Position in the `lab run` that produced it, so reports keep the run order.
+    #[serde(default)]
+    pub run_index: usize,
     /// "ok" or "failed".
     pub status: String,
     /// Why the run failed, or what went wrong at its end (a shaper exiting with an error).
@@ -125,6 +128,7 @@ pub struct Context<'a> {
     pub scenario: &'a Scenario,
     pub contender: &'a Contender,
     pub repetition: u32,
+    pub run_index: usize,
     pub dir: PathBuf,
     pub kernel: String,
     pub git_commit: String,
@@ -158,6 +162,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         contender: c.contender.name.clone(),
         kind: c.contender.kind.as_str().into(),
         repetition: c.repetition,
+        run_index: c.run_index,
         status,
         message,
         kernel: c.kernel.clone(),
