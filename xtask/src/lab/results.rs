@@ -533,6 +533,96 @@ mod tests {
         assert_eq!((sent, lost), (3, 1));
     }
 
+    /// A finished download run with two connections (one twice as fast as the other), built
+    /// by hand in the runner's layout.
+    #[test]
+    fn analyse_a_run() {
+        let text = r#"
+            duration = "2s"
+            warmup = "1s"
+            [topology]
+            hosts = ["a"]
+            [[contender]]
+            name = "cake"
+            kind = "cake"
+            on = [{ at = "server", rate = "10mbit" }]
+            [[flow]]
+            host = "a"
+            direction = "download"
+            parallel = 2
+            [[probe]]
+            host = "a"
+            kind = "ping"
+        "#;
+        let s = crate::lab::scenario::parse(text, "t", text.as_bytes()).unwrap();
+        let dir = std::env::temp_dir().join(format!("lab-analyse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let interval = |socket: u32, t: f64, bytes: u32| {
+            format!(
+                r#"{{"socket":{socket},"start":{t},"end":{},"bytes":{bytes},"rtt":20000}}"#,
+                t + 0.1
+            )
+        };
+        let intervals: Vec<String> = (0..20)
+            .map(|i| {
+                let t = i as f64 / 10.0;
+                format!(
+                    r#"{{"streams":[{},{}]}}"#,
+                    interval(5, t, 25000),
+                    interval(6, t, 50000)
+                )
+            })
+            .collect();
+        let client = format!(r#"{{"intervals":[{}],"end":{{}}}}"#, intervals.join(","));
+        let server = format!(
+            r#"{{"intervals":[{}],"end":{{"sum_sent":{{"retransmits":7}}}}}}"#,
+            intervals.join(",")
+        );
+        let files = [
+            ("status", "ok\n".to_string()),
+            ("t0", "100.0".into()),
+            ("idle", "2".into()),
+            ("a.0.t", "102.0".into()),
+            ("a.0.json", client),
+            ("a.0.server.json", server),
+            (
+                "a.0.ping",
+                "[101.0] 64 bytes from x: icmp_seq=1 ttl=64 time=1.0 ms\n\
+                 [103.5] 64 bytes from x: icmp_seq=2 ttl=64 time=9.0 ms\n"
+                    .into(),
+            ),
+            ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
+            ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
+        ];
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        let r = analyse(&Context {
+            scenario: &s,
+            contender: &s.contenders[0],
+            repetition: 1,
+            run_index: 0,
+            dir: dir.clone(),
+            kernel: "k".into(),
+            git_commit: "c".into(),
+            host_load: (0.0, 0.0),
+        })
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.max(1.0);
+        // 75 kB per 100 ms = 6 Mbit/s, of 10: 60 %.
+        assert!(close(r.download.mean_bps, 6e6), "{}", r.download.mean_bps);
+        assert!(close(r.download.utilisation.unwrap(), 0.6));
+        assert!(close(r.flows[0].connections_mean_bps[0], 2e6));
+        assert!(close(r.jain_flows.unwrap(), 0.9));
+        assert_eq!(r.retransmits, 7);
+        assert_eq!(r.latency.ping_idle.p50, Some(1.0));
+        assert_eq!(r.latency.ping_loaded.p50, Some(9.0));
+        assert_eq!(r.latency.induced_ms, Some(8.0));
+        assert_eq!(r.latency.tcp_rtt.p50, Some(20.0));
+        assert!(close(r.cpu_busy_s, 1.0) && close(r.cpu_busy_share, 0.5));
+    }
+
     #[test]
     fn counters() {
         let v: Value = serde_json::from_str(
