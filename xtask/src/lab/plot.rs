@@ -170,7 +170,9 @@ fn latency_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()
         .flat_map(|(i, l)| i.iter().chain(l))
         .copied()
         .collect();
-    let xmax = super::stats::percentile(&all, 99.9).unwrap_or(1.0).max(0.1) * 1.05;
+    // Log scale: idle RTTs of a millisecond and bloated ones of hundreds share the axis.
+    let xmax = super::stats::percentile(&all, 99.9).unwrap_or(1.0).max(0.1) * 1.2;
+    let xmin = super::stats::percentile(&all, 0.0).unwrap_or(0.1).max(0.01) * 0.8;
     for ((area, r), (idle, loaded)) in root
         .split_evenly((rows, cols))
         .iter()
@@ -182,11 +184,14 @@ fn latency_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(45)
-            .build_cartesian_2d(0f64..xmax, 0f64..1.0)
+            .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..1.0)
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("RTT (ms)")
+            .x_desc("RTT (ms, log scale)")
+            .x_labels(6)
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(TRANSPARENT)
             .y_desc("fraction")
             .draw()
             .map_err(err)?;
