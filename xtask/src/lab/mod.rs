@@ -6,6 +6,7 @@
 //! that come back into per-run JSON (`results`), a table, Markdown and PNG plots (`report`,
 //! `plot`). `lab report DIR` regenerates the lab section of docs/benchmarks.md from a run.
 
+mod hostload;
 mod plan;
 mod plot;
 mod report;
@@ -230,7 +231,10 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
     spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
     let load_before = host_load();
-    let code = vm::run(&spec)?;
+    let sampler = hostload::start();
+    let code = vm::run(&spec);
+    let host_samples = sampler.finish();
+    let code = code?;
     let host_load = (load_before, self::host_load());
     if code != 0 {
         eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
@@ -257,6 +261,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
                 kernel: kernel.clone(),
                 git_commit: git_commit.clone(),
                 host_load,
+                host_samples: &host_samples,
             })
             .with_context(|| format!("analysing {} / {} / {rep}", s.name, c.name))?;
             let path = out

@@ -69,6 +69,7 @@ const HEADER: &[&str] = &[
     "retrans",
     "drops path/contender",
     "VM CPU",
+    "host CPU, others",
 ];
 
 /// One table row per contender, averaged over its successful repetitions; a contender with
@@ -137,6 +138,7 @@ fn rows(runs: &[&RunResult]) -> Vec<Vec<String>> {
                 num(m(&|r| Some(r.drops_contender as f64)), 0)
             ),
             format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
+            m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
         ]);
     }
     out

@@ -41,6 +41,9 @@ pub struct RunResult {
     /// (TCG), so anything else busy on the host slows it and shows in its numbers.
     #[serde(default)]
     pub host_load: (f64, f64),
+    /// The share of the host's CPU used by anything but the VM during this run.
+    #[serde(default)]
+    pub host_others_cpu: Option<f64>,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub bin_s: f64,
@@ -133,6 +136,8 @@ pub struct Context<'a> {
     pub kernel: String,
     pub git_commit: String,
     pub host_load: (f64, f64),
+    /// The host's CPU samples taken while the VM ran.
+    pub host_samples: &'a [super::hostload::Sample],
 }
 
 fn read(dir: &Path, name: &str) -> Option<String> {
@@ -168,6 +173,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         kernel: c.kernel.clone(),
         git_commit: c.git_commit.clone(),
         host_load: c.host_load,
+        host_others_cpu: None,
         duration_s: s.duration,
         warmup_s: s.warmup,
         bin_s: BIN,
@@ -192,6 +198,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
     }
     let t0 = read_f64(dir, "t0").context("no t0 in a finished run")?;
     let zero = t0 + read_f64(dir, "idle").unwrap_or(0.0);
+    r.host_others_cpu = super::hostload::others_share(c.host_samples, t0, zero + s.duration);
     let bins = (s.duration / BIN).ceil() as usize;
     let (from, to) = (s.warmup, s.duration);
 
@@ -606,6 +613,7 @@ mod tests {
             kernel: "k".into(),
             git_commit: "c".into(),
             host_load: (0.0, 0.0),
+            host_samples: &[],
         })
         .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
