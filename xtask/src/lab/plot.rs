@@ -99,6 +99,7 @@ fn throughput_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("Mbit/s")
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(err)?;
         for (i, h) in r.hosts.iter().enumerate() {
