@@ -5,6 +5,8 @@
 //! 2. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
 //!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
 //!    so one failure cannot mask another.
+//! 3. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
+//!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
 //!
 //! Ends with a `N passed, M failed` line and a non-zero exit if anything failed.
 
@@ -13,7 +15,7 @@ use std::{process::Command, time::Instant};
 use anyhow::Result;
 
 use crate::{
-    bootstrap,
+    bootstrap, lab,
     vm::{self, Kernel, VmSpec},
 };
 
@@ -89,6 +91,12 @@ pub fn run(o: &Options) -> Result<()> {
                 };
                 record(format!("{script} on {kernel}"), started, passed);
             }
+            println!("== lab sanity on Linux {kernel}");
+            let started = Instant::now();
+            let passed = lab::sanity::run(kernel)
+                .inspect_err(|e| eprintln!("{e:#}"))
+                .is_ok();
+            record(format!("lab sanity on {kernel}"), started, passed);
         }
     }
 

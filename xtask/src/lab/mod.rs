@@ -1,6 +1,342 @@
-#[derive(clap::Args)]
-pub struct Options {}
+//! `cargo xtask lab`: run scenarios against shaper, CAKE and no shaping, side by side, and
+//! report. See docs/lab.md for the scenario format and what is measured.
+//!
+//! `lab run` checks every scenario file, writes one plan per (scenario, contender) (see
+//! `plan`), boots one VM that runs them all through `lab/runner.sh`, then turns the raw files
+//! that come back into per-run JSON (`results`), a table, Markdown and PNG plots (`report`,
+//! `plot`). `lab report DIR` regenerates the lab section of docs/benchmarks.md from a run.
 
-pub fn run(_o: &Options) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+mod hostload;
+mod plan;
+mod plot;
+mod report;
+mod results;
+pub mod sanity;
+mod scenario;
+mod stats;
+mod units;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+
+pub use results::RunResult;
+
+use crate::{
+    bootstrap,
+    vm::{self, Kernel, VmSpec},
+};
+
+#[derive(clap::Args)]
+pub struct Options {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum LabCommand {
+    /// Run scenarios in one VM boot, each under every selected contender; print the table and
+    /// write per-run JSON, a Markdown report and PNG plots.
+    Run(RunOptions),
+    /// Check scenario files without running them (and print the plans with --plans).
+    Check {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Print the generated plan of every contender.
+        #[arg(long)]
+        plans: bool,
+    },
+    /// Regenerate the lab section of docs/benchmarks.md (and docs/lab/*.png) from a run's
+    /// output directory.
+    Report {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The Markdown file to update between `<!-- lab:begin -->` and `<!-- lab:end -->`.
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        doc: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+pub struct RunOptions {
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Contenders to run, by kind (shaper, cake, fq_codel, fq, none) or by name (default: all
+    /// of each scenario's).
+    #[arg(long, value_delimiter = ',')]
+    pub compare: Vec<String>,
+    /// Debian kernel to boot: 6.1 or 6.12.
+    #[arg(long, default_value = "6.12")]
+    pub kernel: Kernel,
+    /// Output directory (default: target/lab/run-<unix time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Override every scenario's repetitions.
+    #[arg(long)]
+    pub repetitions: Option<u32>,
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    match &o.command {
+        LabCommand::Run(r) => run_lab(r).map(|_| ()),
+        LabCommand::Check { files, plans } => check(files, *plans),
+        LabCommand::Report { dir, doc } => {
+            let root = crate::workspace_root();
+            report::update_doc(dir, &root.join(doc), &root.join("docs/lab"))
+        }
+    }
+}
+
+fn load_all(files: &[PathBuf]) -> Result<Vec<scenario::Scenario>> {
+    let mut out: Vec<scenario::Scenario> = Vec::new();
+    for f in files {
+        let s = scenario::load(f)?;
+        ensure!(
+            out.iter().all(|o| o.name != s.name),
+            "two scenarios are named {:?}",
+            s.name
+        );
+        out.push(s);
+    }
+    Ok(out)
+}
+
+fn check(files: &[PathBuf], plans: bool) -> Result<()> {
+    for s in load_all(files)? {
+        println!(
+            "{}: ok ({} hosts, {} flows, {} probes, contenders: {})",
+            s.name,
+            s.hosts.len(),
+            s.flows.len(),
+            s.probes.len(),
+            s.contenders
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if plans {
+            for c in &s.contenders {
+                println!("{}", plan::generate(&s, c));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Seconds a run takes beyond its duration: topology, the idle lead-in, teardown.
+const RUN_OVERHEAD_S: f64 = 15.0;
+
+/// Runs the lab; returns the results of every run (failed ones included) and the output dir.
+pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
+    let mut scenarios = load_all(&o.files)?;
+    if let Some(n) = o.repetitions {
+        ensure!(
+            (1..=100).contains(&n),
+            "--repetitions must be between 1 and 100"
+        );
+        for s in &mut scenarios {
+            s.repetitions = n;
+        }
+    }
+    let mut work: Vec<(&scenario::Scenario, &scenario::Contender)> = Vec::new();
+    for s in &scenarios {
+        let chosen = s.selected(&o.compare);
+        if chosen.is_empty() {
+            eprintln!(
+                "lab: {}: no contender matches --compare {} (it has {})",
+                s.name,
+                o.compare.join(","),
+                s.contenders
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        work.extend(chosen.into_iter().map(|c| (s, c)));
+    }
+    ensure!(
+        !work.is_empty(),
+        "nothing to run: no contender matches --compare"
+    );
+    bootstrap::ensure()?;
+
+    let root = crate::workspace_root();
+    let out = match &o.out {
+        Some(d) => d.clone(),
+        None => root.join(format!(
+            "target/lab/run-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+        )),
+    };
+    let plans_dir = out.join("plans");
+    let raw = out.join("raw");
+    for d in [&plans_dir, &raw] {
+        if d.exists() {
+            std::fs::remove_dir_all(d).with_context(|| format!("clearing {}", d.display()))?;
+        }
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let mut manifest = String::new();
+    let mut files = Vec::new();
+    let mut seconds = 0.0;
+    for (i, (s, c)) in work.iter().enumerate() {
+        let name = format!("plan-{i:03}.sh");
+        let path = plans_dir.join(&name);
+        std::fs::write(&path, plan::generate(s, c))?;
+        files.push(path);
+        manifest.push_str(&format!(
+            "{}/{name} {} {} {} {}\n",
+            crate::initramfs::RUN_DIR,
+            s.name,
+            c.name,
+            s.repetitions,
+            s.duration.ceil()
+        ));
+        seconds += (s.duration + RUN_OVERHEAD_S) * s.repetitions as f64;
+    }
+    let manifest_path = plans_dir.join("manifest");
+    std::fs::write(&manifest_path, &manifest)?;
+    files.push(manifest_path);
+    let command = std::env::args().collect::<Vec<_>>();
+    let command = format!(
+        "cargo xtask {}",
+        command.get(1..).unwrap_or_default().join(" ")
+    );
+    std::fs::write(out.join("command.txt"), format!("{command}\n"))?;
+
+    println!(
+        "lab: {} runs, about {:.0} min in the VM (Linux {}); results in {}",
+        work.iter().map(|(s, _)| s.repetitions).sum::<u32>(),
+        seconds / 60.0,
+        o.kernel,
+        out.display()
+    );
+    let mut spec = VmSpec::new(
+        o.kernel,
+        vec![
+            root.join("lab/runner.sh").display().to_string(),
+            format!("{}/manifest", crate::initramfs::RUN_DIR),
+        ],
+    );
+    spec.files = files;
+    spec.out_dir = Some(raw.clone());
+    // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
+    spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
+    let load_before = host_load();
+    let sampler = hostload::start();
+    let code = vm::run(&spec);
+    let host_samples = sampler.finish();
+    let code = code?;
+    let host_load = (load_before, self::host_load());
+    if code != 0 {
+        eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
+    }
+
+    let kernel = std::fs::read_to_string(raw.join("lab/kernel"))
+        .map(|k| k.trim().to_string())
+        .unwrap_or_else(|_| o.kernel.to_string());
+    let git_commit = git_commit(&root);
+    let mut all = Vec::new();
+    for (s, c) in &work {
+        for rep in 1..=s.repetitions {
+            let dir = raw
+                .join("lab")
+                .join(&s.name)
+                .join(&c.name)
+                .join(rep.to_string());
+            let r = results::analyse(&results::Context {
+                scenario: s,
+                contender: c,
+                repetition: rep,
+                run_index: all.len(),
+                dir,
+                kernel: kernel.clone(),
+                git_commit: git_commit.clone(),
+                host_load,
+                host_samples: &host_samples,
+            })
+            .with_context(|| format!("analysing {} / {} / {rep}", s.name, c.name))?;
+            let path = out
+                .join("results")
+                .join(&s.name)
+                .join(format!("{}-{rep}.json", c.name));
+            write_json(&path, &r)?;
+            all.push(r);
+        }
+    }
+    report::write_run_report(&out, &all, &command)?;
+    Ok((all, out))
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(v)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The commit results were measured at, marked `-dirty` when the tree had changes.
+fn git_commit(root: &Path) -> String {
+    let head = crate::run_quiet(Command::new("git").arg("-C").arg(root).args([
+        "rev-parse",
+        "--short=12",
+        "HEAD",
+    ]))
+    .map(|s| s.trim().to_string())
+    .unwrap_or_else(|_| "unknown".into());
+    let dirty = crate::run_quiet(
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["status", "--porcelain"]),
+    )
+    .map(|s| !s.trim().is_empty())
+    .unwrap_or(false);
+    if dirty { format!("{head}-dirty") } else { head }
+}
+
+/// The host's 1-minute load average (0 when unknown).
+fn host_load() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Reads every per-run JSON under DIR/results.
+pub fn load_results(dir: &Path) -> Result<Vec<RunResult>> {
+    let base = dir.join("results");
+    let mut out = Vec::new();
+    let scenarios = std::fs::read_dir(&base).with_context(|| {
+        format!(
+            "{}: no results here (is it a `lab run` output directory?)",
+            base.display()
+        )
+    })?;
+    for s in scenarios.flatten() {
+        for f in std::fs::read_dir(s.path())?.flatten() {
+            let p = f.path();
+            if p.extension().is_some_and(|e| e == "json") {
+                let text = std::fs::read_to_string(&p)?;
+                out.push(
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("reading {}", p.display()))?,
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!("{}: no results", base.display());
+    }
+    out.sort_by_key(|r: &RunResult| r.run_index);
+    Ok(out)
 }

@@ -1,0 +1,174 @@
+#!/bin/bash
+# The lab's in-VM runner (see docs/lab.md). `cargo xtask lab run` generates one plan per
+# (scenario, contender) and a manifest; this runs every plan for its repetitions, one after the
+# other in this boot, each in a fresh topology, and leaves raw results under $SHAPER_OUT/lab.
+#
+# Usage: runner.sh MANIFEST   (lines: PLAN SCENARIO CONTENDER REPETITIONS SECONDS)
+#
+# bash, not sh: $EPOCHREALTIME gives the microsecond timestamps that line up flows, probes
+# and ping -D without forking a clock per sample (busybox date has no %N).
+set -u
+
+OUT=${SHAPER_OUT:-/out}/lab
+# Probes start this long before the flows, so every run has idle latency samples.
+IDLE=2
+
+# ---- helpers the plans call (each plan runs in a subshell, cwd = its run directory) --------
+
+lab_failed() {
+	printf 'failed\n%s\n' "$*" >status
+	echo "lab:   FAILED: $*"
+}
+
+# lab_do CMD...: runs CMD; on failure records the command and its error as the run's result.
+lab_do() {
+	if ! "$@" 2>.err; then
+		lab_failed "$* : $(cat .err)"
+		exit 1
+	fi
+}
+
+LAB_WAIT_PIDS=
+LAB_SHAPERS=
+
+# lab_shaper NS DEV ARGS...: shaper run in NS on DEV until the run ends; a shaper that exits
+# before it shapes (say, an option it does not know yet) fails the run with its own error.
+lab_shaper() {
+	ns=$1 dev=$2
+	shift 2
+	log=shaper-$ns-$dev.log
+	ip netns exec "$ns" shaper run --iface "$dev" "$@" >"$log" 2>&1 &
+	pid=$!
+	LAB_SHAPERS="$LAB_SHAPERS $pid:$ns:$dev"
+	i=0
+	until ip netns exec "$ns" shaper stats --iface "$dev" >/dev/null 2>&1; do
+		i=$((i + 1))
+		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 150 ]; then
+			kill "$pid" 2>/dev/null
+			lab_failed "shaper run --iface $dev $*: $(tr '\n' ' ' <"$log")"
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+# lab_server NS PORT ID: a one-shot iperf3 server reporting JSON at 100 ms.
+lab_server() {
+	ip netns exec "$1" iperf3 -s -1 -J -i 0.1 -p "$2" >"$3.server.json" 2>"$3.server.err" &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
+# lab_listening NS PORT...: waits until every port listens.
+lab_listening() {
+	ns=$1
+	shift
+	for port in "$@"; do
+		i=0
+		until ip netns exec "$ns" ss -Hltn "sport = :$port" | grep -q .; do
+			i=$((i + 1))
+			[ $i -gt 100 ] && { lab_failed "iperf3 server on port $port did not start"; exit 1; }
+			sleep 0.05
+		done
+	done
+}
+
+# lab_start: time zero of the run's clock (probes start now, flows IDLE s later).
+lab_start() {
+	echo "$EPOCHREALTIME" >t0
+	echo "$IDLE" >idle
+	head -1 /proc/stat >cpu.before
+}
+
+# lab_flow ID NS START SECONDS IPERF3-ARGS...: an iperf3 client START s after the flows' zero.
+lab_flow() {
+	id=$1 ns=$2 start=$3 secs=$4
+	shift 4
+	(
+		sleep "$(awk -v s="$start" -v i="$IDLE" 'BEGIN { print s + i }')"
+		echo "$EPOCHREALTIME" >"$id.t"
+		exec ip netns exec "$ns" iperf3 -J --interval 0.1 -t "$secs" "$@" >"$id.json" 2>"$id.err"
+	) &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
+# lab_ping ID NS INTERVAL SECONDS PING-ARGS...: timestamped pings from time zero on.
+lab_ping() {
+	id=$1 ns=$2 interval=$3 secs=$4
+	shift 4
+	ip netns exec "$ns" ping -D -n -i "$interval" -w "$secs" "$@" >"$id.ping" 2>&1 &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
+# lab_wait SECONDS: waits for flows, servers and probes; kills stragglers after a grace time.
+lab_wait() {
+	(
+		sleep $(($1 + 30))
+		echo "lab:   killing processes still running after $(($1 + 30)) s"
+		kill $LAB_WAIT_PIDS 2>/dev/null
+	) &
+	watchdog=$!
+	for pid in $LAB_WAIT_PIDS; do wait "$pid"; done
+	kill "$watchdog" 2>/dev/null
+	wait "$watchdog" 2>/dev/null
+	head -1 /proc/stat >cpu.after
+}
+
+# lab_collect NAME NS DEV: the qdisc counters of DEV (and shaper's, when it runs there).
+lab_collect() {
+	ip netns exec "$2" tc -s -j qdisc show dev "$3" >"qdisc-$1.json" 2>&1
+	for s in $LAB_SHAPERS; do
+		case $s in *":$2:$3")
+			ip netns exec "$2" shaper stats --iface "$3" --json >"shaper-$1.json" 2>&1 ;;
+		esac
+	done
+}
+
+# lab_end: stops the shapers (their exit status is part of the result) and records success.
+lab_end() {
+	note=
+	for s in $LAB_SHAPERS; do
+		pid=${s%%:*}
+		kill -TERM "$pid" 2>/dev/null
+		wait "$pid" || note="$note shaper ${s#*:} exited with an error: $(tail -3 "shaper-$(echo "${s#*:}" | tr : -).log" | tr '\n' ' ')"
+	done
+	printf 'ok\n%s\n' "$note" >status
+}
+
+# ---- the driver ------------------------------------------------------------------------------
+
+# cleanup: every process in every namespace, then the namespaces.
+cleanup() {
+	for ns in $(ip netns list | awk '{ print $1 }'); do
+		pids=$(ip netns pids "$ns" 2>/dev/null)
+		[ -n "$pids" ] && kill -9 $pids 2>/dev/null
+	done
+	sleep 0.2
+	for ns in $(ip netns list | awk '{ print $1 }'); do ip netns del "$ns"; done
+}
+
+manifest=${1:?usage: runner.sh MANIFEST}
+mkdir -p "$OUT"
+uname -r >"$OUT/kernel"
+nproc >"$OUT/cpus"
+total=$(awk '{ n += $4 } END { print n }' "$manifest")
+done_runs=0
+started=$(date +%s)
+while read -r plan scenario contender reps secs; do
+	[ -n "$plan" ] || continue
+	rep=1
+	while [ "$rep" -le "$reps" ]; do
+		done_runs=$((done_runs + 1))
+		dir=$OUT/$scenario/$contender/$rep
+		mkdir -p "$dir"
+		echo "lab: [$done_runs/$total] $scenario / $contender / repetition $rep (${secs} s, $(($(date +%s) - started)) s elapsed)"
+		(cd "$dir" && . "$plan") >"$dir/log" 2>&1 </dev/null
+		rc=$?
+		cleanup
+		if [ ! -s "$dir/status" ]; then
+			printf 'failed\nthe plan stopped with status %s; see log\n' "$rc" >"$dir/status"
+		fi
+		echo "lab:   $(head -1 "$dir/status") $(sed -n 2p "$dir/status")"
+		rep=$((rep + 1))
+	done
+done <"$manifest"
+echo "lab: $total runs in $(($(date +%s) - started)) s"

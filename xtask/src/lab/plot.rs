@@ -1,0 +1,221 @@
+//! PNG plots of a scenario's results: throughput per host over time and the latency CDF idle
+//! vs loaded, one panel per contender (its first successful repetition).
+
+use std::{path::Path, sync::OnceLock};
+
+use anyhow::{Context, Result, anyhow};
+use plotters::prelude::*;
+
+use super::RunResult;
+
+/// The font the bootstrap installs (Debian's fonts-dejavu-core); plotters' ab_glyph backend
+/// draws text with it directly, no fontconfig.
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+pub struct Plots {
+    /// File names inside the plot directory.
+    pub throughput: Option<String>,
+    pub latency: Option<String>,
+}
+
+fn register_font() -> Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let bytes = std::fs::read(FONT).map_err(|e| {
+            format!("{FONT}: {e} (run `cargo xtask bootstrap` to install fonts-dejavu-core)")
+        })?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{FONT} is not a font plotters can read"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// The first successful repetition of each contender, in run order.
+fn panels<'a>(runs: &[&'a RunResult]) -> Vec<&'a RunResult> {
+    let mut out: Vec<&RunResult> = Vec::new();
+    for r in runs.iter().filter(|r| r.status == "ok") {
+        if out.iter().all(|o| o.contender != r.contender) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing: {e:?}")
+}
+
+pub fn draw(scenario: &str, runs: &[&RunResult], dir: &Path) -> Result<Plots> {
+    let panels = panels(runs);
+    if panels.is_empty() {
+        return Ok(Plots {
+            throughput: None,
+            latency: None,
+        });
+    }
+    register_font()?;
+    let throughput = format!("{scenario}-throughput.png");
+    throughput_plot(scenario, &panels, &dir.join(&throughput))
+        .with_context(|| format!("plotting {throughput}"))?;
+    let latency = format!("{scenario}-latency.png");
+    let has_pings = panels.iter().any(|r| !r.latency.ping_samples.is_empty());
+    if has_pings {
+        latency_plot(scenario, &panels, &dir.join(&latency))
+            .with_context(|| format!("plotting {latency}"))?;
+    }
+    Ok(Plots {
+        throughput: Some(throughput),
+        latency: has_pings.then_some(latency),
+    })
+}
+
+fn throughput_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()> {
+    let root = BitMapBackend::new(path, (1000, 260 * panels.len() as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled(
+            &format!("{scenario}: throughput per host (100 ms bins)"),
+            ("sans-serif", 22),
+        )
+        .map_err(err)?;
+    let ymax = panels
+        .iter()
+        .flat_map(|r| r.hosts.iter().flat_map(|h| h.series_bps.iter()))
+        .fold(0.0f64, |a, b| a.max(*b))
+        / 1e6
+        * 1.1;
+    let ymax = if ymax > 0.0 { ymax } else { 1.0 };
+    for (area, r) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(&r.contender, ("sans-serif", 18))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0f64..r.duration_s, 0f64..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("Mbit/s")
+            .light_line_style(TRANSPARENT)
+            .draw()
+            .map_err(err)?;
+        for (i, h) in r.hosts.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let points = h
+                .series_bps
+                .iter()
+                .enumerate()
+                .map(|(b, v)| ((b as f64 + 0.5) * r.bin_s, v / 1e6));
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(err)?
+                .label(&h.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// (rtt, fraction ≤ rtt) of sorted samples.
+fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    v.iter()
+        .enumerate()
+        .map(|(i, x)| (*x, (i + 1) as f64 / n))
+        .collect()
+}
+
+/// A run's pings split by the rule of the statistics (see `results::classify`).
+fn idle_loaded(r: &RunResult) -> (Vec<f64>, Vec<f64>) {
+    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+    for (t, rtt) in &r.latency.ping_samples {
+        match super::results::classify(*t, &r.flows, r.warmup_s, r.duration_s) {
+            Some(true) => loaded.push(*rtt),
+            Some(false) => idle.push(*rtt),
+            None => {}
+        }
+    }
+    (idle, loaded)
+}
+
+fn latency_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()> {
+    let cols = panels.len().min(3);
+    let rows = panels.len().div_ceil(cols);
+    let root =
+        BitMapBackend::new(path, (420 * cols as u32, 320 * rows as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled(
+            &format!("{scenario}: ping RTT CDF, idle vs loaded"),
+            ("sans-serif", 22),
+        )
+        .map_err(err)?;
+    let split: Vec<(Vec<f64>, Vec<f64>)> = panels.iter().map(|r| idle_loaded(r)).collect();
+    // A shared x axis up to the largest 99.9th percentile keeps panels comparable.
+    let all: Vec<f64> = split
+        .iter()
+        .flat_map(|(i, l)| i.iter().chain(l))
+        .copied()
+        .collect();
+    // Log scale: idle RTTs of a millisecond and bloated ones of hundreds share the axis.
+    let xmax = super::stats::percentile(&all, 99.9).unwrap_or(1.0).max(0.1) * 1.2;
+    let xmin = super::stats::percentile(&all, 0.0).unwrap_or(0.1).max(0.01) * 0.8;
+    for ((area, r), (idle, loaded)) in root
+        .split_evenly((rows, cols))
+        .iter()
+        .zip(panels)
+        .zip(split)
+    {
+        let mut chart = ChartBuilder::on(area)
+            .caption(&r.contender, ("sans-serif", 18))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(45)
+            .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..1.0)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("RTT (ms, log scale)")
+            .x_labels(6)
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(TRANSPARENT)
+            .y_desc("fraction")
+            .draw()
+            .map_err(err)?;
+        for (label, samples, color) in [("idle", idle, BLUE), ("loaded", loaded, RED)] {
+            if samples.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(cdf(samples), color.stroke_width(2)))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}

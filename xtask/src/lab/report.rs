@@ -1,0 +1,381 @@
+//! The comparison table (terminal and Markdown) and the reports built around it: a run's own
+//! `report.md`, and the lab section of docs/benchmarks.md.
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::{Context, Result};
+
+use super::{RunResult, load_results, plot};
+
+const BEGIN: &str = "<!-- lab:begin -->";
+const END: &str = "<!-- lab:end -->";
+/// Each scenario's block inside the lab section starts with this and its name, so reporting
+/// one scenario replaces its block and keeps the others.
+const SCENARIO_MARK: &str = "<!-- lab:scenario ";
+
+/// Results of one scenario, in run order.
+struct ScenarioResults<'a> {
+    name: String,
+    runs: Vec<&'a RunResult>,
+}
+
+fn by_scenario(all: &[RunResult]) -> Vec<ScenarioResults<'_>> {
+    let mut out: Vec<ScenarioResults> = Vec::new();
+    for r in all {
+        match out.iter_mut().find(|s| s.name == r.scenario) {
+            Some(s) => s.runs.push(r),
+            None => out.push(ScenarioResults {
+                name: r.scenario.clone(),
+                runs: vec![r],
+            }),
+        }
+    }
+    out
+}
+
+/// Contenders of a scenario in run order, each with its repetitions.
+fn by_contender<'a>(runs: &[&'a RunResult]) -> Vec<(String, Vec<&'a RunResult>)> {
+    let mut out: Vec<(String, Vec<&RunResult>)> = Vec::new();
+    for r in runs {
+        match out.iter_mut().find(|(n, _)| *n == r.contender) {
+            Some((_, v)) => v.push(r),
+            None => out.push((r.contender.clone(), vec![r])),
+        }
+    }
+    out
+}
+
+fn mean(xs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = xs.flatten().collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn num(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+const HEADER: &[&str] = &[
+    "contender",
+    "runs",
+    "down Mbit/s (util)",
+    "up Mbit/s (util)",
+    "per host Mbit/s",
+    "Jain hosts",
+    "Jain flows",
+    "ping idle p50",
+    "ping loaded p50/p99",
+    "induced",
+    "TCP RTT p50",
+    "retrans",
+    "drops path/contender",
+    "VM CPU",
+    "host CPU, others",
+];
+
+/// One table row per contender, averaged over its successful repetitions; a contender with
+/// none says why it failed.
+fn rows(runs: &[&RunResult]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (name, reps) in by_contender(runs) {
+        let ok: Vec<&RunResult> = reps.iter().copied().filter(|r| r.status == "ok").collect();
+        let runs_cell = format!("{}/{}", ok.len(), reps.len());
+        if ok.is_empty() {
+            let why = reps
+                .first()
+                .map(|r| short(&r.message, 120))
+                .unwrap_or_default();
+            let mut row = vec![name, runs_cell, format!("FAILED: {why}")];
+            row.resize(HEADER.len(), String::new());
+            out.push(row);
+            continue;
+        }
+        let m = |f: &dyn Fn(&RunResult) -> Option<f64>| mean(ok.iter().map(|r| f(r)));
+        let direction = |d: &dyn Fn(&RunResult) -> &super::results::DirectionResult| {
+            if d(ok[0]).flows == 0 {
+                return "-".to_string();
+            }
+            let bps = m(&|r| Some(d(r).mean_bps / 1e6));
+            let util = m(&|r| d(r).utilisation.map(|u| u * 100.0));
+            match util {
+                Some(u) => format!("{} ({u:.0}%)", num(bps, 1)),
+                None => num(bps, 1),
+            }
+        };
+        let hosts: Vec<String> = ok[0]
+            .hosts
+            .iter()
+            .map(|h| {
+                let v = m(&|r| {
+                    r.hosts
+                        .iter()
+                        .find(|x| x.name == h.name)
+                        .map(|x| x.mean_bps / 1e6)
+                });
+                format!("{} {}", h.name, num(v, 1))
+            })
+            .collect();
+        let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+        out.push(vec![
+            name,
+            runs_cell,
+            direction(&|r| &r.download),
+            direction(&|r| &r.upload),
+            hosts.join(", "),
+            num(m(&|r| r.jain_hosts), 3),
+            num(m(&|r| r.jain_flows), 3),
+            ms(m(&|r| r.latency.ping_idle.p50)),
+            format!(
+                "{} / {}",
+                ms(m(&|r| r.latency.ping_loaded.p50)),
+                ms(m(&|r| r.latency.ping_loaded.p99))
+            ),
+            ms(m(&|r| r.latency.induced_ms)),
+            ms(m(&|r| r.latency.tcp_rtt.p50)),
+            num(m(&|r| Some(r.retransmits as f64)), 0),
+            format!(
+                "{}/{}",
+                num(m(&|r| Some(r.drops_bottleneck as f64)), 0),
+                num(m(&|r| Some(r.drops_contender as f64)), 0)
+            ),
+            format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
+            m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
+        ]);
+    }
+    out
+}
+
+fn short(s: &str, n: usize) -> String {
+    let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.chars().count() <= n {
+        s
+    } else {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    }
+}
+
+fn terminal_table(rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            // A failure message spans the rest of the row; it does not widen a column.
+            if !c.starts_with("FAILED") {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let fmt = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = fmt(HEADER.to_vec());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&fmt(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+fn markdown_table(rows: &[Vec<String>]) -> String {
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        HEADER.join(" | "),
+        "---|".repeat(HEADER.len())
+    );
+    for r in rows {
+        let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    out
+}
+
+/// The Markdown of one scenario: provenance, table, plots, failures in full.
+fn scenario_markdown(
+    s: &ScenarioResults,
+    command: &str,
+    plot_prefix: &str,
+    plots: &plot::Plots,
+) -> String {
+    let first = s.runs[0];
+    let mut md = format!("### {}\n\n", s.name);
+    if !first.description.is_empty() {
+        md.push_str(&format!("{}\n\n", first.description.trim()));
+    }
+    md.push_str(&format!(
+        "Linux {}, commit `{}`, scenario sha256 `{}`, {} s per run ({} s warm-up discarded), \
+         host load average {:.1} before and {:.1} after the VM ran. \
+         Throughput is TCP/UDP goodput at the receivers; utilisation is relative to the \
+         contender's rate (or the bottleneck's for `none`), both wire rates; latencies are \
+         ICMP round trips between host and server.\n\n",
+        first.kernel,
+        first.git_commit,
+        &first.scenario_hash[..first.scenario_hash.len().min(16)],
+        first.duration_s,
+        first.warmup_s,
+        first.host_load.0,
+        first.host_load.1,
+    ));
+    md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
+    md.push_str(&markdown_table(&rows(&s.runs)));
+    md.push('\n');
+    if let Some(t) = &plots.throughput {
+        md.push_str(&format!(
+            "![throughput per host over time]({plot_prefix}{t})\n"
+        ));
+    }
+    if let Some(l) = &plots.latency {
+        md.push_str(&format!(
+            "![latency CDF idle vs loaded]({plot_prefix}{l})\n"
+        ));
+    }
+    let failures: Vec<String> = s
+        .runs
+        .iter()
+        .filter(|r| r.status != "ok" || !r.message.is_empty())
+        .map(|r| {
+            format!(
+                "- {} (repetition {}): {}: {}",
+                r.contender,
+                r.repetition,
+                r.status,
+                short(&r.message, 600)
+            )
+        })
+        .collect();
+    if !failures.is_empty() {
+        md.push_str("\nNotes:\n\n");
+        md.push_str(&failures.join("\n"));
+        md.push('\n');
+    }
+    md
+}
+
+/// After `lab run`: the table on the terminal, report.md and plots in the output directory.
+pub fn write_run_report(out: &Path, all: &[RunResult], command: &str) -> Result<()> {
+    let plots_dir = out.join("plots");
+    std::fs::create_dir_all(&plots_dir)?;
+    let mut md = format!("# Lab results\n\n```sh\n{command}\n```\n\n");
+    for s in by_scenario(all) {
+        println!("\n== {}", s.name);
+        print!("{}", terminal_table(&rows(&s.runs)));
+        for r in s.runs.iter().filter(|r| !r.message.is_empty()) {
+            println!(
+                "  {} (repetition {}): {}",
+                r.contender,
+                r.repetition,
+                short(&r.message, 400)
+            );
+        }
+        let plots = plot::draw(&s.name, &s.runs, &plots_dir)?;
+        md.push_str(&scenario_markdown(&s, command, "plots/", &plots));
+        md.push('\n');
+    }
+    let report = out.join("report.md");
+    std::fs::write(&report, md)?;
+    println!(
+        "\nlab: per-run JSON in {}, report in {}, plots in {}",
+        out.join("results").display(),
+        report.display(),
+        plots_dir.display()
+    );
+    Ok(())
+}
+
+/// `lab report DIR`: rewrites the blocks of DIR's scenarios in the lab section of `doc`,
+/// keeping other scenarios' blocks and everything outside the markers.
+pub fn update_doc(dir: &Path, doc: &Path, png_dir: &Path) -> Result<()> {
+    let all = load_results(dir)?;
+    let command = std::fs::read_to_string(dir.join("command.txt"))
+        .unwrap_or_else(|_| format!("cargo xtask lab run ... --out {}", dir.display()));
+    std::fs::create_dir_all(png_dir)?;
+    let prefix = format!(
+        "{}/",
+        png_dir
+            .strip_prefix(doc.parent().unwrap_or(Path::new(".")))
+            .unwrap_or(png_dir)
+            .display()
+    );
+    let text = std::fs::read_to_string(doc).unwrap_or_default();
+    let (before, section, after) = split_section(&text);
+    let mut blocks = parse_blocks(section);
+    for s in by_scenario(&all) {
+        let plots = plot::draw(&s.name, &s.runs, png_dir)?;
+        blocks.insert(
+            s.name.clone(),
+            scenario_markdown(&s, &command, &prefix, &plots),
+        );
+    }
+    let mut new = String::from(before);
+    if !new.is_empty() && !new.ends_with('\n') {
+        new.push('\n');
+    }
+    new.push_str(BEGIN);
+    new.push_str(
+        "\n\n## Lab results\n\n_Generated by `cargo xtask lab report`; edit outside the lab markers only._\n\n",
+    );
+    for (name, block) in &blocks {
+        new.push_str(&format!(
+            "{SCENARIO_MARK}{name} -->\n{}\n",
+            block.trim_end()
+        ));
+        new.push('\n');
+    }
+    new.push_str(END);
+    new.push('\n');
+    new.push_str(after.trim_start_matches('\n'));
+    std::fs::write(doc, new).with_context(|| format!("writing {}", doc.display()))?;
+    println!(
+        "lab: updated {} ({} scenario(s) from {})",
+        doc.display(),
+        by_scenario(&all).len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Text before the lab section, the section's inside, text after it. Without markers the
+/// section is empty and goes at the end.
+fn split_section(text: &str) -> (&str, &str, &str) {
+    match (text.find(BEGIN), text.find(END)) {
+        (Some(b), Some(e)) if b < e => (
+            &text[..b],
+            &text[b + BEGIN.len()..e],
+            &text[e + END.len()..],
+        ),
+        _ => (text, "", ""),
+    }
+}
+
+fn parse_blocks(section: &str) -> BTreeMap<String, String> {
+    let mut blocks = BTreeMap::new();
+    for part in section.split(SCENARIO_MARK).skip(1) {
+        if let Some((name, body)) = part.split_once(" -->") {
+            blocks.insert(name.trim().to_string(), body.trim().to_string() + "\n");
+        }
+    }
+    blocks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn section_is_replaced_and_the_rest_kept() {
+        let doc = "# Benchmarks\n\nhand written\n\n<!-- lab:begin -->\nold\n<!-- lab:scenario a -->\n### a\nA\n<!-- lab:scenario b -->\n### b\nB\n<!-- lab:end -->\n\ntail\n";
+        let (before, section, after) = split_section(doc);
+        assert_eq!(before, "# Benchmarks\n\nhand written\n\n");
+        assert!(after.contains("tail"));
+        let blocks = parse_blocks(section);
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks["b"], "### b\nB\n");
+        let (before, section, after) = split_section("no markers\n");
+        assert_eq!((before, section, after), ("no markers\n", "", ""));
+    }
+}

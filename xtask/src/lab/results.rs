@@ -1,0 +1,643 @@
+//! From one run's raw files (iperf3 JSON, ping -D output, tc and shaper counters, /proc/stat)
+//! to its `RunResult`, the per-run JSON the reports are built from.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    scenario::{Contender, Flow, FlowDirection, Protocol, Scenario},
+    stats::{self, Interval, Summary},
+};
+
+/// The resolution of every time series.
+pub const BIN: f64 = 0.1;
+/// After a flow stops its queue drains; pings this soon after are not idle.
+const DRAIN: f64 = 1.0;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunResult {
+    pub scenario: String,
+    pub scenario_hash: String,
+    pub description: String,
+    pub contender: String,
+    pub kind: String,
+    pub repetition: u32,
+    /// Position in the `lab run` that produced it, so reports keep the run order.
+    #[serde(default)]
+    pub run_index: usize,
+    /// "ok" or "failed".
+    pub status: String,
+    /// Why the run failed, or what went wrong at its end (a shaper exiting with an error).
+    pub message: String,
+    pub kernel: String,
+    pub git_commit: String,
+    /// The host's 1-minute load average before and after the VM ran: the VM is emulated
+    /// (TCG), so anything else busy on the host slows it and shows in its numbers.
+    #[serde(default)]
+    pub host_load: (f64, f64),
+    /// The share of the host's CPU used by anything but the VM during this run.
+    #[serde(default)]
+    pub host_others_cpu: Option<f64>,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub bin_s: f64,
+    pub hosts: Vec<HostResult>,
+    pub flows: Vec<FlowResult>,
+    pub download: DirectionResult,
+    pub upload: DirectionResult,
+    /// Jain's index of the hosts' mean throughputs (both directions) after warm-up.
+    pub jain_hosts: Option<f64>,
+    /// Jain's index of every connection's mean throughput while it ran, after warm-up.
+    pub jain_flows: Option<f64>,
+    pub latency: Latency,
+    pub retransmits: u64,
+    /// Packets dropped by the bottleneck's qdiscs and by the contender's.
+    pub drops_bottleneck: u64,
+    pub drops_contender: u64,
+    /// ECN marks by the contender's qdisc.
+    pub marks_contender: u64,
+    /// CPU time the VM's CPUs were busy during the run, and that as a share of all CPU time.
+    pub cpu_busy_s: f64,
+    pub cpu_busy_share: f64,
+    /// `tc -s -j qdisc show` of the bottleneck's and the contender's interfaces.
+    pub qdisc: BTreeMap<String, Value>,
+    /// `shaper stats --json` where shaper ran.
+    pub shaper: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HostResult {
+    pub name: String,
+    pub mean_bps: f64,
+    pub series_bps: Vec<f64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FlowResult {
+    pub id: String,
+    pub host: String,
+    #[serde(default)]
+    pub server: String,
+    pub direction: FlowDirection,
+    pub protocol: Protocol,
+    pub cc: Option<String>,
+    pub parallel: u32,
+    /// When it really started, on the run's clock (0 = the flows' zero).
+    pub started_s: f64,
+    /// When it was due to stop, on the same clock.
+    pub stopped_s: f64,
+    pub mean_bps: f64,
+    pub connections_mean_bps: Vec<f64>,
+    pub retransmits: u64,
+    /// UDP only: datagrams lost and sent.
+    pub lost_packets: Option<u64>,
+    pub packets: Option<u64>,
+    pub series_bps: Vec<f64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct DirectionResult {
+    pub flows: usize,
+    pub mean_bps: f64,
+    /// The contender's rate in this direction, or the bottleneck's.
+    pub reference_bps: Option<f64>,
+    pub utilisation: Option<f64>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// ICMP echo round trips (ms) with no flow running.
+    pub ping_idle: Summary,
+    /// ... and with flows running, after warm-up.
+    pub ping_loaded: Summary,
+    /// Median loaded minus median idle (ms).
+    pub induced_ms: Option<f64>,
+    pub ping_lost: u64,
+    pub ping_sent: u64,
+    /// TCP's smoothed RTT (ms) as the senders' kernels saw it, sampled every 100 ms.
+    pub tcp_rtt: Summary,
+    /// (time s, rtt ms) of every ping, for plots.
+    pub ping_samples: Vec<(f64, f64)>,
+}
+
+pub struct Context<'a> {
+    pub scenario: &'a Scenario,
+    pub contender: &'a Contender,
+    pub repetition: u32,
+    pub run_index: usize,
+    pub dir: PathBuf,
+    pub kernel: String,
+    pub git_commit: String,
+    pub host_load: (f64, f64),
+    /// The host's CPU samples taken while the VM ran.
+    pub host_samples: &'a [super::hostload::Sample],
+}
+
+fn read(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name)).ok()
+}
+
+fn read_f64(dir: &Path, name: &str) -> Option<f64> {
+    read(dir, name)?.trim().parse().ok()
+}
+
+fn json(dir: &Path, name: &str) -> Option<Value> {
+    serde_json::from_str(&read(dir, name)?).ok()
+}
+
+pub fn analyse(c: &Context) -> Result<RunResult> {
+    let s = c.scenario;
+    let dir = &c.dir;
+    let status_text =
+        read(dir, "status").unwrap_or_else(|| "failed\nno status: the run did not finish".into());
+    let mut lines = status_text.lines();
+    let status = lines.next().unwrap_or("failed").trim().to_string();
+    let message = lines.collect::<Vec<_>>().join(" ").trim().to_string();
+    let mut r = RunResult {
+        scenario: s.name.clone(),
+        scenario_hash: s.hash.clone(),
+        description: s.description.clone(),
+        contender: c.contender.name.clone(),
+        kind: c.contender.kind.as_str().into(),
+        repetition: c.repetition,
+        run_index: c.run_index,
+        status,
+        message,
+        kernel: c.kernel.clone(),
+        git_commit: c.git_commit.clone(),
+        host_load: c.host_load,
+        host_others_cpu: None,
+        duration_s: s.duration,
+        warmup_s: s.warmup,
+        bin_s: BIN,
+        hosts: Vec::new(),
+        flows: Vec::new(),
+        download: DirectionResult::default(),
+        upload: DirectionResult::default(),
+        jain_hosts: None,
+        jain_flows: None,
+        latency: Latency::default(),
+        retransmits: 0,
+        drops_bottleneck: 0,
+        drops_contender: 0,
+        marks_contender: 0,
+        cpu_busy_s: 0.0,
+        cpu_busy_share: 0.0,
+        qdisc: BTreeMap::new(),
+        shaper: BTreeMap::new(),
+    };
+    if r.status != "ok" {
+        return Ok(r);
+    }
+    let t0 = read_f64(dir, "t0").context("no t0 in a finished run")?;
+    let zero = t0 + read_f64(dir, "idle").unwrap_or(0.0);
+    r.host_others_cpu = super::hostload::others_share(c.host_samples, t0, zero + s.duration);
+    let bins = (s.duration / BIN).ceil() as usize;
+    let (from, to) = (s.warmup, s.duration);
+
+    let mut connection_means = Vec::new();
+    let mut tcp_rtts = Vec::new();
+    for f in &s.flows {
+        let fr = flow(dir, f, zero, bins, from, &mut tcp_rtts);
+        connection_means.extend(fr.connections_mean_bps.iter().copied());
+        r.retransmits += fr.retransmits;
+        r.flows.push(fr);
+    }
+    for h in &s.hosts {
+        let mut series = vec![0.0; bins];
+        let mine: Vec<&FlowResult> = r.flows.iter().filter(|f| &f.host == h).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        for f in &mine {
+            for (a, b) in series.iter_mut().zip(&f.series_bps) {
+                *a += b;
+            }
+        }
+        r.hosts.push(HostResult {
+            name: h.clone(),
+            mean_bps: stats::mean_over(&series, BIN, from, to),
+            series_bps: series,
+        });
+    }
+    r.jain_hosts = stats::jain(&r.hosts.iter().map(|h| h.mean_bps).collect::<Vec<_>>());
+    r.jain_flows = stats::jain(&connection_means);
+    for (dir_kind, slot) in [
+        (FlowDirection::Download, &mut r.download),
+        (FlowDirection::Upload, &mut r.upload),
+    ] {
+        let flows: Vec<&FlowResult> = r.flows.iter().filter(|f| f.direction == dir_kind).collect();
+        let mean_bps: f64 = flows.iter().map(|f| f.mean_bps).sum();
+        let reference_bps = s.reference_rate(c.contender, dir_kind);
+        *slot = DirectionResult {
+            flows: flows.len(),
+            mean_bps,
+            reference_bps,
+            utilisation: reference_bps
+                .filter(|_| !flows.is_empty())
+                .map(|rate| mean_bps / rate),
+        };
+    }
+
+    r.latency = latency(dir, s, &r.flows, zero, tcp_rtts);
+    cpu(dir, &mut r);
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if let Some(place) = stem.strip_prefix("qdisc-") {
+            let v = json(dir, &name).unwrap_or(Value::Null);
+            let drops = sum_key(&top_level(&v), "drops");
+            if place.starts_with("bottleneck") {
+                r.drops_bottleneck += drops;
+            } else {
+                r.drops_contender += drops;
+                r.marks_contender += sum_key(&v, "ecn_mark");
+            }
+            r.qdisc.insert(place.to_string(), v);
+        } else if let Some(place) = stem.strip_prefix("shaper-") {
+            let v = json(dir, &name)
+                .unwrap_or_else(|| Value::String(read(dir, &name).unwrap_or_default()));
+            r.shaper.insert(place.to_string(), v);
+        }
+    }
+    Ok(r)
+}
+
+/// The qdiscs of a `tc -j qdisc show` array without their nested detail (so a child's drops
+/// inside a parent's counters are not counted twice).
+fn top_level(v: &Value) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|q| {
+                    let drops = q.get("drops").cloned().unwrap_or(Value::Null);
+                    serde_json::json!({ "drops": drops })
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+fn sum_key(v: &Value, key: &str) -> u64 {
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, x)| {
+                if k == key {
+                    x.as_u64().unwrap_or(0)
+                } else {
+                    sum_key(x, key)
+                }
+            })
+            .sum(),
+        Value::Array(a) => a.iter().map(|x| sum_key(x, key)).sum(),
+        _ => 0,
+    }
+}
+
+/// iperf3's per-stream intervals of one JSON report, keyed by socket.
+fn stream_intervals(report: &Value, offset: f64) -> BTreeMap<i64, Vec<(Interval, Option<f64>)>> {
+    let mut out: BTreeMap<i64, Vec<(Interval, Option<f64>)>> = BTreeMap::new();
+    for iv in report["intervals"].as_array().into_iter().flatten() {
+        for st in iv["streams"].as_array().into_iter().flatten() {
+            let (Some(start), Some(end), Some(bytes)) = (
+                st["start"].as_f64(),
+                st["end"].as_f64(),
+                st["bytes"].as_f64(),
+            ) else {
+                continue;
+            };
+            let socket = st["socket"].as_i64().unwrap_or(0);
+            let rtt_ms = st["rtt"].as_f64().map(|us| us / 1000.0);
+            out.entry(socket).or_default().push((
+                Interval {
+                    start: start + offset,
+                    end: end + offset,
+                    bytes,
+                },
+                rtt_ms,
+            ));
+        }
+    }
+    out
+}
+
+fn flow(
+    dir: &Path,
+    f: &Flow,
+    zero: f64,
+    bins: usize,
+    warmup: f64,
+    tcp_rtts: &mut Vec<f64>,
+) -> FlowResult {
+    let started = read_f64(dir, &format!("{}.t", f.id))
+        .map(|t| t - zero)
+        .unwrap_or(f.start);
+    let client = json(dir, &format!("{}.json", f.id)).unwrap_or(Value::Null);
+    let server = json(dir, &format!("{}.server.json", f.id)).unwrap_or(Value::Null);
+    // Throughput is what the receiver got; retransmits and RTT are the sender's view.
+    let (receiver, sender) = match f.direction {
+        FlowDirection::Download => (&client, &server),
+        FlowDirection::Upload => (&server, &client),
+    };
+    let error = [&client, &server]
+        .iter()
+        .find_map(|v| v["error"].as_str().map(String::from))
+        .or_else(|| {
+            client.is_null().then(|| {
+                read(dir, &format!("{}.err", f.id)).unwrap_or_else(|| "no iperf3 report".into())
+            })
+        });
+    let streams = stream_intervals(receiver, started);
+    let mut series = vec![0.0; bins];
+    let mut connections_mean_bps = Vec::new();
+    // Each connection's mean over the part of its life after warm-up.
+    let from = warmup.max(started);
+    let to = (started + (f.stop - f.start)).min(bins as f64 * BIN);
+    for ivs in streams.values() {
+        let ivs: Vec<Interval> = ivs.iter().map(|(iv, _)| *iv).collect();
+        let s = stats::binned_bps(&ivs, BIN, bins);
+        for (a, b) in series.iter_mut().zip(&s) {
+            *a += b;
+        }
+        if to > from {
+            connections_mean_bps.push(stats::mean_over(&s, BIN, from, to));
+        }
+    }
+    if f.protocol == Protocol::Tcp {
+        for ivs in stream_intervals(sender, started).values() {
+            tcp_rtts.extend(
+                ivs.iter()
+                    .filter(|(iv, _)| iv.start >= warmup)
+                    .filter_map(|(_, rtt)| *rtt),
+            );
+        }
+    }
+    let end = &sender["end"];
+    let retransmits = end["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    let (lost_packets, packets) = if f.protocol == Protocol::Udp {
+        let sum = &receiver["end"]["sum"];
+        (sum["lost_packets"].as_u64(), sum["packets"].as_u64())
+    } else {
+        (None, None)
+    };
+    FlowResult {
+        id: f.id.clone(),
+        host: f.host.clone(),
+        server: f.server.clone(),
+        direction: f.direction,
+        protocol: f.protocol,
+        cc: f.cc.clone(),
+        parallel: f.parallel,
+        started_s: started,
+        stopped_s: started + (f.stop - f.start),
+        mean_bps: if to > from {
+            stats::mean_over(&series, BIN, from, to)
+        } else {
+            0.0
+        },
+        connections_mean_bps,
+        retransmits,
+        lost_packets,
+        packets,
+        series_bps: series,
+        error,
+    }
+}
+
+/// `[1795394521.508878] 64 bytes from 10.9.0.2: icmp_seq=2 ttl=64 time=0.360 ms`
+fn ping_samples(text: &str) -> (Vec<(f64, f64)>, u64, u64) {
+    let mut samples = Vec::new();
+    let (mut sent, mut received) = (0, 0);
+    for l in text.lines() {
+        if let (Some(ts), Some(rtt)) = (
+            l.strip_prefix('[').and_then(|r| r.split(']').next()),
+            l.split("time=").nth(1),
+        ) && let (Ok(ts), Ok(rtt)) = (
+            ts.parse::<f64>(),
+            rtt.trim_end_matches("ms").trim().parse::<f64>(),
+        ) {
+            samples.push((ts, rtt));
+        }
+        if l.contains("packets transmitted") {
+            let n: Vec<u64> = l
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            if n.len() >= 2 {
+                (sent, received) = (n[0], n[1]);
+            }
+        }
+    }
+    (samples, sent, sent.saturating_sub(received))
+}
+
+/// Whether a ping at `t` (run clock) counts as loaded (Some(true): a flow runs and warm-up is
+/// over), idle (Some(false): no flow runs or drains) or neither.
+pub fn classify(t: f64, flows: &[FlowResult], warmup: f64, duration: f64) -> Option<bool> {
+    let active = flows.iter().any(|f| t >= f.started_s && t < f.stopped_s);
+    let draining = flows
+        .iter()
+        .any(|f| t >= f.started_s && t < f.stopped_s + DRAIN);
+    if active {
+        (t >= warmup && t < duration).then_some(true)
+    } else {
+        (!draining).then_some(false)
+    }
+}
+
+fn latency(
+    dir: &Path,
+    s: &Scenario,
+    flows: &[FlowResult],
+    zero: f64,
+    tcp_rtts: Vec<f64>,
+) -> Latency {
+    let mut all = Vec::new();
+    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+    let (mut sent, mut lost) = (0, 0);
+    for p in &s.probes {
+        let text = read(dir, &format!("{}.ping", p.id)).unwrap_or_default();
+        let (samples, n, l) = ping_samples(&text);
+        sent += n;
+        lost += l;
+        for (ts, rtt) in samples {
+            let t = ts - zero;
+            all.push((t, rtt));
+            match classify(t, flows, s.warmup, s.duration) {
+                Some(true) => loaded.push(rtt),
+                Some(false) => idle.push(rtt),
+                None => {}
+            }
+        }
+    }
+    let ping_idle = stats::summary(&idle);
+    let ping_loaded = stats::summary(&loaded);
+    Latency {
+        induced_ms: ping_loaded.p50.zip(ping_idle.p50).map(|(l, i)| l - i),
+        ping_idle,
+        ping_loaded,
+        ping_lost: lost,
+        ping_sent: sent,
+        tcp_rtt: stats::summary(&tcp_rtts),
+        ping_samples: all,
+    }
+}
+
+/// CPU time from two /proc/stat `cpu` lines (USER_HZ = 100).
+fn cpu(dir: &Path, r: &mut RunResult) {
+    let parse = |name| -> Option<Vec<f64>> {
+        let l = read(dir, name)?;
+        Some(
+            l.split_whitespace()
+                .skip(1)
+                .filter_map(|w| w.parse().ok())
+                .collect(),
+        )
+    };
+    if let (Some(a), Some(b)) = (parse("cpu.before"), parse("cpu.after"))
+        && a.len() >= 8
+        && b.len() >= 8
+    {
+        let total: f64 = (0..8).map(|i| b[i] - a[i]).sum();
+        let idle = (b[3] - a[3]) + (b[4] - a[4]);
+        r.cpu_busy_s = (total - idle) / 100.0;
+        r.cpu_busy_share = if total > 0.0 {
+            (total - idle) / total
+        } else {
+            0.0
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_lines() {
+        let text = "PING 10.0.0.10 (10.0.0.10) 56(84) bytes of data.\n\
+            [1795394521.420959] 64 bytes from 10.0.0.10: icmp_seq=1 ttl=64 time=2.28 ms\n\
+            [1795394521.508878] 64 bytes from 10.0.0.10: icmp_seq=2 ttl=64 time=0.360 ms\n\
+            \n--- 10.0.0.10 ping statistics ---\n\
+            3 packets transmitted, 2 received, 33.3333% packet loss, time 416ms\n";
+        let (s, sent, lost) = ping_samples(text);
+        assert_eq!(
+            s,
+            vec![(1795394521.420959, 2.28), (1795394521.508878, 0.36)]
+        );
+        assert_eq!((sent, lost), (3, 1));
+    }
+
+    /// A finished download run with two connections (one twice as fast as the other), built
+    /// by hand in the runner's layout.
+    #[test]
+    fn analyse_a_run() {
+        let text = r#"
+            duration = "2s"
+            warmup = "1s"
+            [topology]
+            hosts = ["a"]
+            [[contender]]
+            name = "cake"
+            kind = "cake"
+            on = [{ at = "server", rate = "10mbit" }]
+            [[flow]]
+            host = "a"
+            direction = "download"
+            parallel = 2
+            [[probe]]
+            host = "a"
+            kind = "ping"
+        "#;
+        let s = crate::lab::scenario::parse(text, "t", text.as_bytes()).unwrap();
+        let dir = std::env::temp_dir().join(format!("lab-analyse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let interval = |socket: u32, t: f64, bytes: u32| {
+            format!(
+                r#"{{"socket":{socket},"start":{t},"end":{},"bytes":{bytes},"rtt":20000}}"#,
+                t + 0.1
+            )
+        };
+        let intervals: Vec<String> = (0..20)
+            .map(|i| {
+                let t = i as f64 / 10.0;
+                format!(
+                    r#"{{"streams":[{},{}]}}"#,
+                    interval(5, t, 25000),
+                    interval(6, t, 50000)
+                )
+            })
+            .collect();
+        let client = format!(r#"{{"intervals":[{}],"end":{{}}}}"#, intervals.join(","));
+        let server = format!(
+            r#"{{"intervals":[{}],"end":{{"sum_sent":{{"retransmits":7}}}}}}"#,
+            intervals.join(",")
+        );
+        let files = [
+            ("status", "ok\n".to_string()),
+            ("t0", "100.0".into()),
+            ("idle", "2".into()),
+            ("a.0.t", "102.0".into()),
+            ("a.0.json", client),
+            ("a.0.server.json", server),
+            (
+                "a.0.ping",
+                "[101.0] 64 bytes from x: icmp_seq=1 ttl=64 time=1.0 ms\n\
+                 [103.5] 64 bytes from x: icmp_seq=2 ttl=64 time=9.0 ms\n"
+                    .into(),
+            ),
+            ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
+            ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
+        ];
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        let r = analyse(&Context {
+            scenario: &s,
+            contender: &s.contenders[0],
+            repetition: 1,
+            run_index: 0,
+            dir: dir.clone(),
+            kernel: "k".into(),
+            git_commit: "c".into(),
+            host_load: (0.0, 0.0),
+            host_samples: &[],
+        })
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.max(1.0);
+        // 75 kB per 100 ms = 6 Mbit/s, of 10: 60 %.
+        assert!(close(r.download.mean_bps, 6e6), "{}", r.download.mean_bps);
+        assert!(close(r.download.utilisation.unwrap(), 0.6));
+        assert!(close(r.flows[0].connections_mean_bps[0], 2e6));
+        assert!(close(r.jain_flows.unwrap(), 0.9));
+        assert_eq!(r.retransmits, 7);
+        assert_eq!(r.latency.ping_idle.p50, Some(1.0));
+        assert_eq!(r.latency.ping_loaded.p50, Some(9.0));
+        assert_eq!(r.latency.induced_ms, Some(8.0));
+        assert_eq!(r.latency.tcp_rtt.p50, Some(20.0));
+        assert!(close(r.cpu_busy_s, 1.0) && close(r.cpu_busy_share, 0.5));
+    }
+
+    #[test]
+    fn counters() {
+        let v: Value = serde_json::from_str(
+            r#"[{"kind":"cake","drops":3,"tins":[{"drops":3,"ecn_mark":2}]},{"kind":"fq","drops":1}]"#,
+        )
+        .unwrap();
+        assert_eq!(sum_key(&top_level(&v), "drops"), 4);
+        assert_eq!(sum_key(&v, "ecn_mark"), 2);
+    }
+}

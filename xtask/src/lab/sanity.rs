@@ -1,0 +1,80 @@
+//! The lab checking itself (run by `cargo xtask test` on every kernel): numbers that must come
+//! out of known set-ups, or the lab's measurements cannot be trusted.
+
+use anyhow::{Result, bail};
+
+use super::{RunOptions, RunResult, run_lab};
+use crate::vm::Kernel;
+
+/// The scenarios, under lab/sanity/.
+const FILES: &[&str] = &["lab/sanity/link.toml", "lab/sanity/delay.toml"];
+
+/// One boot running the sanity scenarios; fails with every check that did not hold.
+pub fn run(kernel: Kernel) -> Result<()> {
+    let root = crate::workspace_root();
+    let (results, _) = run_lab(&RunOptions {
+        files: FILES.iter().map(|f| root.join(f)).collect(),
+        compare: Vec::new(),
+        kernel,
+        out: Some(root.join(format!("target/lab/sanity-{kernel}"))),
+        repetitions: None,
+    })?;
+    let failures = check(&results);
+    if !failures.is_empty() {
+        bail!("lab sanity on {kernel}:\n  {}", failures.join("\n  "));
+    }
+    println!("lab sanity on {kernel}: ok");
+    Ok(())
+}
+
+fn find<'a>(rs: &'a [RunResult], scenario: &str, contender: &str) -> Option<&'a RunResult> {
+    rs.iter()
+        .find(|r| r.scenario == scenario && r.contender == contender && r.status == "ok")
+}
+
+/// The checks, as messages for those that fail.
+fn check(rs: &[RunResult]) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut expect =
+        |what: &str, value: Option<f64>, ok: &dyn Fn(f64) -> bool, want: &str| match value {
+            Some(v) if ok(v) => println!("lab sanity: {what} = {v:.2} ({want}): ok"),
+            Some(v) => failed.push(format!("{what} = {v:.2}, expected {want}")),
+            None => failed.push(format!("{what}: no result (the run failed; see its JSON)")),
+        };
+    expect(
+        "unconstrained download, Mbit/s",
+        find(rs, "sanity-link", "none").map(|r| r.download.mean_bps / 1e6),
+        &|v| v > 1000.0,
+        "> 1000",
+    );
+    expect(
+        "CAKE at 50mbit, Mbit/s",
+        find(rs, "sanity-link", "cake-50").map(|r| r.download.mean_bps / 1e6),
+        &|v| (47.0..=50.0).contains(&v),
+        "47-50",
+    );
+    // The five routed hops each way cost some RTT of their own under emulation (0.5-1 ms);
+    // the check is that netem adds what it was told to, over the same path without it.
+    let base = find(rs, "sanity-link", "none").and_then(|r| r.latency.ping_idle.p50);
+    let delayed = find(rs, "sanity-delay", "none").and_then(|r| r.latency.ping_idle.p50);
+    if let Some(b) = base {
+        println!("lab sanity: the topology's own RTT, median ms = {b:.2}");
+    }
+    expect(
+        "ping RTT added by 2 x 10 ms of netem, median ms",
+        base.zip(delayed).map(|(b, d)| d - b),
+        &|v| (v - 20.0).abs() <= 1.0,
+        "20 ± 1",
+    );
+    if !failed.is_empty()
+        && let Some(r) = rs.first()
+        && r.host_load.0.max(r.host_load.1) > 1.0
+    {
+        failed.push(format!(
+            "note: the host's load average was {:.1} before and {:.1} after the VM ran; an \
+             emulated VM on a busy host is starved, rerun on an idle machine",
+            r.host_load.0, r.host_load.1
+        ));
+    }
+    failed
+}

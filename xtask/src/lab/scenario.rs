@@ -1,0 +1,806 @@
+//! Scenario files: the TOML a user writes (documented in docs/lab.md), parsed strictly and
+//! checked into a `Scenario` whose values are already in numbers, so nothing downstream can
+//! fail on a typo.
+
+use std::{collections::BTreeSet, path::Path};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::Deserialize;
+
+use super::units;
+
+// ---- the file as written -------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: Option<String>,
+    description: Option<String>,
+    duration: String,
+    #[serde(default)]
+    warmup: Option<String>,
+    #[serde(default)]
+    repetitions: Option<u32>,
+    topology: TopologyFile,
+    #[serde(default)]
+    bottleneck: BottleneckFile,
+    #[serde(default)]
+    contender: Vec<ContenderFile>,
+    #[serde(default)]
+    flow: Vec<FlowFile>,
+    #[serde(default)]
+    probe: Vec<ProbeFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    #[serde(default)]
+    servers: Option<Vec<String>>,
+    hosts: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BottleneckFile {
+    down: Option<LinkFile>,
+    up: Option<LinkFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkFile {
+    rate: Option<String>,
+    buffer: Option<String>,
+    delay: Option<String>,
+    jitter: Option<String>,
+    loss: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContenderFile {
+    name: String,
+    kind: Kind,
+    #[serde(default)]
+    options: Vec<String>,
+    on: Vec<PlacementFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlacementFile {
+    at: String,
+    #[serde(default)]
+    direction: Direction,
+    rate: Option<String>,
+    #[serde(default)]
+    options: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowFile {
+    host: String,
+    server: Option<String>,
+    direction: FlowDirection,
+    #[serde(default)]
+    protocol: Protocol,
+    #[serde(default)]
+    cc: Option<String>,
+    #[serde(default)]
+    parallel: Option<u32>,
+    rate: Option<String>,
+    start: Option<String>,
+    stop: Option<String>,
+    #[serde(default)]
+    family: Family,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeFile {
+    host: String,
+    server: Option<String>,
+    kind: ProbeKind,
+    interval: Option<String>,
+    #[serde(default)]
+    family: Family,
+}
+
+// ---- the checked scenario ------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Shaper,
+    Cake,
+    FqCodel,
+    Fq,
+    None,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Shaper => "shaper",
+            Kind::Cake => "cake",
+            Kind::FqCodel => "fq_codel",
+            Kind::Fq => "fq",
+            Kind::None => "none",
+        }
+    }
+}
+
+/// Which way through the interface the contender acts on. Only egress is implemented; the
+/// field exists so that ingress placements can be added without changing existing files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    #[default]
+    Egress,
+    Ingress,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowDirection {
+    /// Server to host.
+    Download,
+    /// Host to server.
+    Upload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    #[default]
+    Ipv4,
+    Ipv6,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeKind {
+    Ping,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub duration: f64,
+    pub warmup: f64,
+    pub repetitions: u32,
+    pub servers: Vec<String>,
+    pub hosts: Vec<String>,
+    pub down: Option<Link>,
+    pub up: Option<Link>,
+    pub contenders: Vec<Contender>,
+    pub flows: Vec<Flow>,
+    pub probes: Vec<Probe>,
+    /// SHA-256 of the file's bytes, so results name exactly what produced them.
+    pub hash: String,
+}
+
+/// One direction of the emulated path (netem and a token bucket).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub rate_bps: Option<f64>,
+    /// Token bucket queue in bytes (only with a rate).
+    pub buffer_bytes: Option<u64>,
+    pub delay: f64,
+    pub jitter: f64,
+    pub loss_percent: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Contender {
+    pub name: String,
+    pub kind: Kind,
+    pub options: Vec<String>,
+    pub placements: Vec<Placement>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub at: Location,
+    pub direction: Direction,
+    pub rate: Option<(String, f64)>,
+    pub options: Vec<String>,
+}
+
+/// Where in the topology a contender sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// The router's interface toward the servers (upload direction).
+    RouterWan,
+    /// The router's LAN bridge (download direction).
+    RouterLan,
+    /// A server's or a host's own interface.
+    Node(String),
+}
+
+impl Location {
+    pub fn label(&self) -> String {
+        match self {
+            Location::RouterWan => "router-wan".into(),
+            Location::RouterLan => "router-lan".into(),
+            Location::Node(n) => n.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// "a.0": the host and the flow's index among that host's flows.
+    pub id: String,
+    pub host: String,
+    pub server: String,
+    pub direction: FlowDirection,
+    pub protocol: Protocol,
+    pub cc: Option<String>,
+    pub parallel: u32,
+    pub rate_bps: Option<f64>,
+    pub start: f64,
+    pub stop: f64,
+    pub family: Family,
+}
+
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub id: String,
+    pub host: String,
+    pub server: String,
+    pub kind: ProbeKind,
+    pub interval: f64,
+    pub family: Family,
+}
+
+const CONGESTION_CONTROLS: &[&str] = &["cubic", "bbr", "reno"];
+/// Names the topology uses itself.
+const RESERVED: &[&str] = &["router", "modem", "wan", "lan", "router-wan", "router-lan"];
+/// Servers and hosts each get a /24 of 10.1/16 and 10.2/16.
+const MAX_NODES: usize = 250;
+
+pub fn load(path: &Path) -> Result<Scenario> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = String::from_utf8(bytes.clone())
+        .with_context(|| format!("{} is not UTF-8", path.display()))?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parse(&text, &stem, &bytes).with_context(|| format!("in scenario {}", path.display()))
+}
+
+pub fn parse(text: &str, default_name: &str, raw: &[u8]) -> Result<Scenario> {
+    let file: File = toml::from_str(text)?;
+    check(file, default_name, sha256(raw))
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 12
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
+    ensure!(
+        ok,
+        "{what} {name:?}: names are 1-12 characters of a-z, 0-9 and -, starting with a letter"
+    );
+    ensure!(
+        !RESERVED.contains(&name),
+        "{what} {name:?}: the name is reserved"
+    );
+    Ok(())
+}
+
+fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
+    let name = f.name.unwrap_or_else(|| default_name.to_string());
+    ensure!(
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+        "scenario name {name:?}: use letters, digits, - and _"
+    );
+    let duration = units::seconds(&f.duration).context("duration")?;
+    ensure!(
+        (1.0..=3600.0).contains(&duration),
+        "duration must be between 1s and 1h"
+    );
+    let warmup = f
+        .warmup
+        .as_deref()
+        .map(units::seconds)
+        .transpose()
+        .context("warmup")?
+        .unwrap_or(0.0);
+    ensure!(
+        warmup < duration,
+        "warmup must be shorter than the duration"
+    );
+    let repetitions = f.repetitions.unwrap_or(1);
+    ensure!(
+        (1..=100).contains(&repetitions),
+        "repetitions must be between 1 and 100"
+    );
+
+    let servers = f.topology.servers.unwrap_or_else(|| vec!["server".into()]);
+    let hosts = f.topology.hosts;
+    ensure!(!servers.is_empty(), "topology.servers: at least one server");
+    ensure!(!hosts.is_empty(), "topology.hosts: at least one host");
+    ensure!(
+        servers.len() <= MAX_NODES && hosts.len() <= MAX_NODES,
+        "topology: at most {MAX_NODES} servers and {MAX_NODES} hosts"
+    );
+    let mut seen = BTreeSet::new();
+    for n in servers.iter().chain(&hosts) {
+        check_name("topology", n)?;
+        ensure!(seen.insert(n.clone()), "topology: {n:?} is named twice");
+    }
+
+    let down = f
+        .bottleneck
+        .down
+        .map(|l| link(l, "bottleneck.down"))
+        .transpose()?;
+    let up = f
+        .bottleneck
+        .up
+        .map(|l| link(l, "bottleneck.up"))
+        .transpose()?;
+
+    let mut contenders = Vec::new();
+    let mut names = BTreeSet::new();
+    for c in f.contender {
+        let what = format!("contender {:?}", c.name);
+        ensure!(
+            !c.name.is_empty()
+                && c.name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_'),
+            "{what}: names use letters, digits, - and _"
+        );
+        ensure!(names.insert(c.name.clone()), "{what} is defined twice");
+        ensure!(
+            !c.on.is_empty(),
+            "{what}: `on` needs at least one placement"
+        );
+        ensure!(
+            c.kind != Kind::None || (c.options.is_empty() && c.on.len() == 1),
+            "{what}: kind none takes no options and one placement"
+        );
+        let mut placements = Vec::new();
+        let mut places = BTreeSet::new();
+        for p in c.on {
+            let at = match p.at.as_str() {
+                "router-wan" => Location::RouterWan,
+                "router-lan" => Location::RouterLan,
+                n if seen.contains(n) => Location::Node(n.to_string()),
+                other => bail!(
+                    "{what}: at = {other:?} is not router-wan, router-lan or a server or host of the topology"
+                ),
+            };
+            ensure!(
+                places.insert((at.label(), p.direction == Direction::Ingress)),
+                "{what}: two placements on {} {:?}",
+                at.label(),
+                p.direction
+            );
+            ensure!(
+                p.direction == Direction::Egress,
+                "{what}: direction = \"ingress\" is not supported yet (only egress)"
+            );
+            let rate = match p.rate {
+                Some(r) => {
+                    ensure!(c.kind != Kind::None, "{what}: kind none takes no rate");
+                    let bps = units::rate_bps(&r).with_context(|| format!("{what}: rate"))?;
+                    Some((r, bps))
+                }
+                None => {
+                    ensure!(
+                        c.kind != Kind::FqCodel,
+                        "{what}: fq_codel runs under htb and needs a rate"
+                    );
+                    None
+                }
+            };
+            placements.push(Placement {
+                at,
+                direction: p.direction,
+                rate,
+                options: p.options,
+            });
+        }
+        contenders.push(Contender {
+            name: c.name,
+            kind: c.kind,
+            options: c.options,
+            placements,
+        });
+    }
+    ensure!(
+        !contenders.is_empty(),
+        "no [[contender]]: nothing to compare"
+    );
+
+    let server_of = |given: Option<String>, what: &str| -> Result<String> {
+        match given {
+            Some(s) => {
+                ensure!(
+                    servers.contains(&s),
+                    "{what}: server {s:?} is not in topology.servers"
+                );
+                Ok(s)
+            }
+            None if servers.len() == 1 => Ok(servers[0].clone()),
+            None => bail!("{what}: there are several servers; say which with server = \"...\""),
+        }
+    };
+
+    let mut flows = Vec::new();
+    for (i, fl) in f.flow.into_iter().enumerate() {
+        let what = format!("flow {} (host {:?})", i + 1, fl.host);
+        ensure!(
+            hosts.contains(&fl.host),
+            "{what}: host {:?} is not in topology.hosts",
+            fl.host
+        );
+        let server = server_of(fl.server, &what)?;
+        let start = fl
+            .start
+            .as_deref()
+            .map(units::seconds)
+            .transpose()
+            .with_context(|| format!("{what}: start"))?
+            .unwrap_or(0.0);
+        let stop = fl
+            .stop
+            .as_deref()
+            .map(units::seconds)
+            .transpose()
+            .with_context(|| format!("{what}: stop"))?
+            .unwrap_or(duration);
+        ensure!(
+            start < stop && stop <= duration,
+            "{what}: needs start < stop <= duration ({start} s, {stop} s, {duration} s)"
+        );
+        ensure!(stop - start >= 1.0, "{what}: runs for less than 1 s");
+        let parallel = fl.parallel.unwrap_or(1);
+        ensure!(
+            (1..=128).contains(&parallel),
+            "{what}: parallel must be 1-128"
+        );
+        if let Some(cc) = &fl.cc {
+            ensure!(
+                CONGESTION_CONTROLS.contains(&cc.as_str()),
+                "{what}: cc = {cc:?}; use one of {CONGESTION_CONTROLS:?}"
+            );
+            ensure!(fl.protocol == Protocol::Tcp, "{what}: cc is for TCP flows");
+        }
+        let rate_bps = match (&fl.protocol, &fl.rate) {
+            (Protocol::Udp, Some(r)) => {
+                Some(units::rate_bps(r).with_context(|| format!("{what}: rate"))?)
+            }
+            (Protocol::Udp, None) => bail!("{what}: a UDP flow needs a rate"),
+            (Protocol::Tcp, Some(_)) => {
+                bail!("{what}: rate is for UDP flows (TCP flows are bulk)")
+            }
+            (Protocol::Tcp, None) => None,
+        };
+        let index = flows.iter().filter(|x: &&Flow| x.host == fl.host).count();
+        flows.push(Flow {
+            id: format!("{}.{index}", fl.host),
+            host: fl.host,
+            server,
+            direction: fl.direction,
+            protocol: fl.protocol,
+            cc: fl.cc,
+            parallel,
+            rate_bps,
+            start,
+            stop,
+            family: fl.family,
+        });
+    }
+
+    let mut probes = Vec::new();
+    for (i, p) in f.probe.into_iter().enumerate() {
+        let what = format!("probe {} (host {:?})", i + 1, p.host);
+        ensure!(
+            hosts.contains(&p.host),
+            "{what}: host {:?} is not in topology.hosts",
+            p.host
+        );
+        let server = server_of(p.server, &what)?;
+        let interval = p
+            .interval
+            .as_deref()
+            .map(units::seconds)
+            .transpose()
+            .with_context(|| format!("{what}: interval"))?
+            .unwrap_or(0.1);
+        ensure!(
+            (0.01..=10.0).contains(&interval),
+            "{what}: interval must be between 10ms and 10s"
+        );
+        let index = probes.iter().filter(|x: &&Probe| x.host == p.host).count();
+        probes.push(Probe {
+            id: format!("{}.{index}", p.host),
+            host: p.host,
+            server,
+            kind: p.kind,
+            interval,
+            family: p.family,
+        });
+    }
+
+    ensure!(
+        !flows.is_empty() || !probes.is_empty(),
+        "no [[flow]] and no [[probe]]: nothing to measure"
+    );
+    Ok(Scenario {
+        name,
+        description: f.description.unwrap_or_default(),
+        duration,
+        warmup,
+        repetitions,
+        servers,
+        hosts,
+        down,
+        up,
+        contenders,
+        flows,
+        probes,
+        hash,
+    })
+}
+
+fn link(l: LinkFile, what: &str) -> Result<Link> {
+    let rate_bps = l
+        .rate
+        .as_deref()
+        .map(units::rate_bps)
+        .transpose()
+        .with_context(|| format!("{what}.rate"))?;
+    let secs = |v: &Option<String>, field: &str| -> Result<f64> {
+        Ok(v.as_deref()
+            .map(units::seconds)
+            .transpose()
+            .with_context(|| format!("{what}.{field}"))?
+            .unwrap_or(0.0))
+    };
+    let delay = secs(&l.delay, "delay")?;
+    let jitter = secs(&l.jitter, "jitter")?;
+    ensure!(jitter <= delay, "{what}: jitter larger than the delay");
+    let loss_percent = l
+        .loss
+        .as_deref()
+        .map(units::percent)
+        .transpose()
+        .with_context(|| format!("{what}.loss"))?
+        .unwrap_or(0.0);
+    // A buffer is a size ("4mb") or the time it takes to drain at the rate ("500ms").
+    let buffer_bytes = match (&l.buffer, rate_bps) {
+        (Some(_), None) => bail!("{what}: a buffer needs a rate"),
+        (Some(b), Some(r)) => Some(match units::bytes(b) {
+            Ok(n) => n,
+            Err(_) => {
+                let t = units::seconds(b).with_context(|| {
+                    format!("{what}.buffer {b:?}: neither a size (4mb) nor a time (500ms)")
+                })?;
+                (t * r / 8.0) as u64
+            }
+        }),
+        // Default: 100 ms at the rate, a modest modem.
+        (None, Some(r)) => Some((0.1 * r / 8.0) as u64),
+        (None, None) => None,
+    };
+    if let Some(b) = buffer_bytes {
+        ensure!(
+            b >= 3028,
+            "{what}: the buffer must hold at least two full frames (3028 bytes)"
+        );
+    }
+    Ok(Link {
+        rate_bps,
+        buffer_bytes,
+        delay,
+        jitter,
+        loss_percent,
+    })
+}
+
+impl Scenario {
+    /// Contenders selected by `--compare` (matching a contender's kind or its name); all when
+    /// the list is empty.
+    pub fn selected(&self, compare: &[String]) -> Vec<&Contender> {
+        self.contenders
+            .iter()
+            .filter(|c| {
+                compare.is_empty() || compare.iter().any(|w| w == c.kind.as_str() || *w == c.name)
+            })
+            .collect()
+    }
+
+    /// The rate the contender is set to in the direction of most flows, or the bottleneck's;
+    /// what "utilisation" is measured against.
+    pub fn reference_rate(&self, c: &Contender, direction: FlowDirection) -> Option<f64> {
+        let wanted = |at: &Location| match (at, direction) {
+            (Location::RouterWan, FlowDirection::Upload) => true,
+            (Location::RouterLan, FlowDirection::Download) => true,
+            (Location::Node(n), FlowDirection::Download) => self.servers.contains(n),
+            (Location::Node(n), FlowDirection::Upload) => self.hosts.contains(n),
+            _ => false,
+        };
+        let from_contender: Vec<f64> = c
+            .placements
+            .iter()
+            .filter(|p| wanted(&p.at))
+            .filter_map(|p| p.rate.as_ref().map(|r| r.1))
+            .collect();
+        // Several shapers in one direction (one per server) add up.
+        if !from_contender.is_empty() {
+            return Some(from_contender.iter().sum());
+        }
+        let link = match direction {
+            FlowDirection::Download => &self.down,
+            FlowDirection::Upload => &self.up,
+        };
+        link.as_ref().and_then(|l| l.rate_bps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        description = "two hosts"
+        duration = "10s"
+        warmup = "2s"
+        [topology]
+        hosts = ["a", "b"]
+        [bottleneck.down]
+        rate = "100mbit"
+        buffer = "500ms"
+        delay = "10ms"
+        [bottleneck.up]
+        delay = "10ms"
+        loss = "0.1%"
+        [[contender]]
+        name = "cake"
+        kind = "cake"
+        options = ["besteffort"]
+        on = [{ at = "server", rate = "95mbit" }]
+        [[contender]]
+        name = "none"
+        kind = "none"
+        on = [{ at = "server" }]
+        [[flow]]
+        host = "a"
+        direction = "download"
+        cc = "bbr"
+        [[flow]]
+        host = "b"
+        direction = "upload"
+        protocol = "udp"
+        rate = "5mbit"
+        start = "2s"
+        stop = "8s"
+        [[probe]]
+        host = "a"
+        kind = "ping"
+    "#;
+
+    fn parse_str(s: &str) -> Result<Scenario> {
+        parse(s, "test", s.as_bytes())
+    }
+
+    fn err(s: &str) -> String {
+        format!("{:#}", parse_str(s).expect_err("should be rejected"))
+    }
+
+    #[test]
+    fn good_file() {
+        let s = parse_str(GOOD).unwrap();
+        assert_eq!(s.name, "test");
+        assert_eq!(s.servers, vec!["server"]);
+        assert_eq!(s.duration, 10.0);
+        let down = s.down.as_ref().unwrap();
+        assert_eq!(down.buffer_bytes, Some(6_250_000));
+        assert_eq!(s.up.as_ref().unwrap().loss_percent, 0.1);
+        assert_eq!(s.flows[1].id, "b.0");
+        assert_eq!(s.flows[1].start, 2.0);
+        assert_eq!(s.flows[0].stop, 10.0);
+        assert_eq!(s.probes[0].interval, 0.1);
+        assert_eq!(
+            s.contenders[0].placements[0].at,
+            Location::Node("server".into())
+        );
+        assert_eq!(
+            s.reference_rate(&s.contenders[0], FlowDirection::Download),
+            Some(95e6)
+        );
+        assert_eq!(
+            s.reference_rate(&s.contenders[1], FlowDirection::Download),
+            Some(100e6)
+        );
+        assert_eq!(s.selected(&["none".into()]).len(), 1);
+        assert_eq!(s.selected(&[]).len(), 2);
+        assert_eq!(s.hash.len(), 64);
+    }
+
+    #[test]
+    fn shipped_scenarios_parse() {
+        let dir = crate::workspace_root().join("lab/scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                load(&p).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 6, "expected the six shipped scenarios, found {n}");
+    }
+
+    #[test]
+    fn bad_files() {
+        assert!(err(&GOOD.replace("warmup", "warmpu")).contains("unknown field `warmpu`"));
+        assert!(
+            err(&GOOD.replace("kind = \"cake\"", "kind = \"sfq\"")).contains("unknown variant")
+        );
+        assert!(err(&GOOD.replace("cc = \"bbr\"", "cc = \"vegas\"")).contains("vegas"));
+        assert!(err(&GOOD.replace("\"5mbit\"", "\"5 furlongs\"")).contains("rate"));
+        assert!(
+            err(&GOOD.replace(
+                "host = \"a\"\n        direction",
+                "host = \"z\"\n        direction"
+            ))
+            .contains("not in topology.hosts")
+        );
+        assert!(
+            err(&GOOD.replace("at = \"server\", rate", "at = \"moon\", rate")).contains("moon")
+        );
+        assert!(err(&GOOD.replace("stop = \"8s\"", "stop = \"80s\"")).contains("stop"));
+        assert!(err(&GOOD.replace("\"0.1%\"", "\"0.1\"")).contains("%"));
+        assert!(err(&GOOD.replace("[\"a\", \"b\"]", "[\"a\", \"a\"]")).contains("twice"));
+        assert!(err(&GOOD.replace("[\"a\", \"b\"]", "[\"a\", \"router\"]")).contains("reserved"));
+        assert!(
+            err(&GOOD.replace(
+                "at = \"server\", rate",
+                "at = \"server\", direction = \"ingress\", rate"
+            ))
+            .contains("ingress")
+        );
+        assert!(
+            err(&GOOD.replace(
+                "protocol = \"udp\"\n        rate = \"5mbit\"",
+                "protocol = \"udp\""
+            ))
+            .contains("needs a rate")
+        );
+        assert!(err("duration = \"10s\"").contains("topology"));
+        assert!(err(&GOOD.replace("duration = \"10s\"", "duration = \"10\"")).contains("no unit"));
+    }
+}
