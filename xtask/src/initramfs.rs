@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use crate::{cpio::Archive, kernel::KernelTree, run_quiet};
 
 /// Modules every VM loads: the qdiscs shaper and the references use, clsact and BPF
-/// classifiers, veth and IFB for topologies, BBR, and virtio-blk for the results disk.
+/// classifiers, veth and IFB for topologies, BBR, and virtio (PCI transport, a module on 6.1,
+/// built in on 6.12) and virtio-blk for the results disk.
 const MODULES: &[&str] = &[
     "sch_fq",
     "sch_fq_codel",
@@ -31,6 +32,7 @@ const MODULES: &[&str] = &[
     "veth",
     "ifb",
     "tcp_bbr",
+    "virtio_pci",
     "virtio_blk",
 ];
 
@@ -304,7 +306,7 @@ export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}
 {command} </dev/null
 rc=$?
 sync
-[ -b /dev/vda ] && tar -cf /dev/vda -C {OUT_DIR} .
+if [ -b /dev/vda ]; then tar -cf /dev/vda -C {OUT_DIR} .; else echo "shaper-vm: no results disk (/dev/vda)"; fi
 echo
 echo "{EXIT_MARKER}$rc@@"
 poweroff -f

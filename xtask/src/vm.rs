@@ -165,6 +165,12 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
 
     if let Some(out) = &spec.out_dir {
         std::fs::create_dir_all(out)?;
+        // An all-zero start means the VM never wrote its results (no disk, or it died first).
+        let mut head = [0u8; 512];
+        std::io::Read::read_exact(&mut std::fs::File::open(&disk)?, &mut head)?;
+        if head.iter().all(|&b| b == 0) {
+            bail!("the VM wrote no results to its disk (see the console above)");
+        }
         run_status(Command::new("tar").arg("-xf").arg(&disk).arg("-C").arg(out))
             .context("unpacking the VM's results")?;
     }
