@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use crate::{cpio::Archive, kernel::KernelTree, run_quiet};
 
 /// Modules every VM loads: the qdiscs shaper and the references use, clsact and BPF
-/// classifiers, veth and IFB for topologies, BBR, and virtio-blk for the results disk.
+/// classifiers, veth and IFB for topologies, BBR, and virtio-pci + virtio-blk for the results
+/// disk (virtio-pci is a module on 6.1, built in on 6.12).
 const MODULES: &[&str] = &[
     "sch_fq",
     "sch_fq_codel",
@@ -31,6 +32,7 @@ const MODULES: &[&str] = &[
     "veth",
     "ifb",
     "tcp_bbr",
+    "virtio_pci",
     "virtio_blk",
 ];
 

@@ -239,6 +239,11 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     if code != 0 {
         eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
     }
+    ensure!(
+        raw.join("lab").is_dir(),
+        "the VM brought no results back (nothing under {}): its results disk did not work",
+        raw.display()
+    );
 
     let kernel = std::fs::read_to_string(raw.join("lab/kernel"))
         .map(|k| k.trim().to_string())
