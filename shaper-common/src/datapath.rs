@@ -18,14 +18,107 @@ pub struct ShaperConfig {
     pub overhead_bytes: i32,
     /// Minimum accounted size of a frame, bytes.
     pub mpu_bytes: u32,
+    /// `isolation::Isolation` as u32.
+    pub isolation: u32,
+    /// New flow entries a host may create per control epoch before its further new flows
+    /// share overflow buckets (0: unlimited).
+    pub flow_quota: u32,
+    /// Host prefix masks (network order): IPv4 in one word, IPv6 in four.
+    pub host_mask_v4: u32,
+    pub _pad: u32,
+    pub host_mask_v6: [u32; 4],
+    /// Width of a calendar bin (see the data path's `calendar`): wire time per bin at the rate.
+    pub calendar_bin_ns: u64,
 }
 
-/// A departure clock: when the wire (for the aggregate it belongs to) is next free, in
-/// CLOCK_MONOTONIC nanoseconds. Updated with compare-and-swap from every CPU.
+/// Bins in the global calendar (a power of two) and how many one packet may span.
+pub const CALENDAR_BINS: u32 = 4096;
+pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
+
+/// The calendar's bin width for a rate and horizon: at least 1 ms, wide enough that a 64 KiB
+/// GSO packet fits in half the bins one packet may book, and so that the ring spans the horizon
+/// (every departure the data path admits is booked, so the aggregate never exceeds the rate by
+/// more than a bin's worth).
+pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64) -> u64 {
+    let gso = crate::edt::tx_time_ns(64 * 1024, ns_per_byte_fp);
+    // Half the span: a GSO packet still fits when the bins it lands in are half booked.
+    let for_gso = gso.div_ceil(CALENDAR_MAX_SPAN_BINS as u64 / 2);
+    let for_horizon = horizon_ns.div_ceil(CALENDAR_BINS as u64 - 2);
+    let mut bin = 1_000_000;
+    if for_gso > bin {
+        bin = for_gso;
+    }
+    if for_horizon > bin {
+        bin = for_horizon;
+    }
+    bin
+}
+
+/// Key of a host or a flow (the fields the isolation mode selects; the others zero).
+/// IPv4 addresses sit in the first word; `family` (4 or 6) keeps the two apart.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub src: [u32; 4],
+    pub dst: [u32; 4],
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub proto: u8,
+    pub family: u8,
+    pub _pad: [u8; 2],
+}
+
+/// A host's state, written only by the data path (LRU hash). Counters are cumulative: the
+/// control plane diffs them between ticks and never writes here.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Clock {
-    pub next_ns: u64,
+pub struct HostState {
+    pub bytes: u64,
+    pub packets: u64,
+    /// Wire bytes of packets that waited on their own flow clock (backlogged flows).
+    pub waited_bytes: u64,
+    /// Flow-time: the sum over its packets of their transmission time at their flow's level.
+    /// Over an interval, its growth divided by the interval is the number of flows kept busy
+    /// (a flow limited elsewhere counts as the fraction of the level it uses), whatever the
+    /// packet sizes: one 64 KB GSO packet every 100 ms counts as much as its 45 frames.
+    pub busy_ns: u64,
+    /// The same for packets that waited on their own flow clock: backlogged flows.
+    pub backlogged_busy_ns: u64,
+    /// Epoch of `new_flows` (new-flow quota window).
+    pub quota_epoch: u64,
+    /// Flow entries this host created in `quota_epoch`.
+    pub new_flows: u64,
+    /// Latest departure scheduled for one of its flows (its queue: this minus now).
+    pub latest_depart_ns: u64,
+}
+
+/// A flow's state, written only by the data path (LRU hash).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowState {
+    /// Departure clock: when the flow's next packet may leave at its level.
+    pub clock_ns: u64,
+    pub bytes: u64,
+    pub packets: u64,
+}
+
+/// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostRate {
+    /// ns per wire byte (fixed point) at the level of the host's flows: their clocks' pace.
+    pub flow_ns_per_byte_fp: u64,
+}
+
+/// Global values of the control loop (array, one entry), written by the control plane.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Levels {
+    /// Control epoch, bumped every tick.
+    pub epoch: u64,
+    /// Pace of the flows of a host seen for the first time (the level it would get as one more
+    /// bottlenecked host), used until the control plane writes its [`HostRate`].
+    pub new_host_ns_per_byte_fp: u64,
 }
 
 /// Why a packet was dropped by the data path.
@@ -56,16 +149,24 @@ pub enum PassReason {
     Malformed = 1,
     /// No rate configured yet.
     Unconfigured = 2,
+    /// No host or flow entry could be had (map full beyond what LRU eviction frees).
+    NoState = 3,
 }
 
 impl PassReason {
-    pub const COUNT: usize = 3;
-    pub const ALL: [Self; Self::COUNT] = [Self::NonIp, Self::Malformed, Self::Unconfigured];
+    pub const COUNT: usize = 4;
+    pub const ALL: [Self; Self::COUNT] = [
+        Self::NonIp,
+        Self::Malformed,
+        Self::Unconfigured,
+        Self::NoState,
+    ];
     pub const fn name(self) -> &'static str {
         match self {
             Self::NonIp => "non_ip",
             Self::Malformed => "malformed",
             Self::Unconfigured => "unconfigured",
+            Self::NoState => "no_state",
         }
     }
 }
@@ -85,6 +186,12 @@ pub struct DatapathStats {
     /// Clock reservations that lost the compare-and-swap race too often and fell back to an
     /// atomic add (see the data path's `edt` module): a measure of cross-CPU contention.
     pub clock_contended: u64,
+    /// Packets the calendar moved past their flow's time (the aggregate was overbooked).
+    pub calendar_delayed: u64,
+    /// Wire time (ns) the calendar could not place within the bins a packet may span.
+    pub calendar_unplaced_ns: u64,
+    /// Latest departure stamped on this CPU (the scheduled queue: this minus now).
+    pub latest_depart_ns: u64,
 }
 
 impl DatapathStats {
@@ -99,14 +206,21 @@ impl DatapathStats {
             *a += b;
         }
         self.clock_contended += other.clock_contended;
+        self.calendar_delayed += other.calendar_delayed;
+        self.calendar_unplaced_ns += other.calendar_unplaced_ns;
+        self.latest_depart_ns = self.latest_depart_ns.max(other.latest_depart_ns);
     }
 }
 
 /// Names of the maps, as declared in the BPF object.
 pub mod map_names {
     pub const CONFIG: &str = "SHAPER_CONFIG";
-    pub const CLOCK: &str = "SHAPER_CLOCK";
     pub const STATS: &str = "SHAPER_STATS";
+    pub const LEVELS: &str = "SHAPER_LEVELS";
+    pub const HOSTS: &str = "SHAPER_HOSTS";
+    pub const HOST_RATES: &str = "SHAPER_HOST_RATES";
+    pub const FLOWS: &str = "SHAPER_FLOWS";
+    pub const CALENDAR: &str = "SHAPER_CALENDAR";
 }
 
 /// Names of the BPF programs.
@@ -115,10 +229,14 @@ pub mod program_names {
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<ShaperConfig>() == 32);
-    assert!(core::mem::size_of::<Clock>() == 8);
+    assert!(core::mem::size_of::<FlowKey>() == 40);
+    assert!(core::mem::size_of::<HostState>() == 64);
+    assert!(core::mem::size_of::<FlowState>() == 24);
+    assert!(core::mem::size_of::<HostRate>() == 8);
+    assert!(core::mem::size_of::<Levels>() == 16);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72);
     assert!(
-        core::mem::size_of::<DatapathStats>() == 8 * (3 + DropReason::COUNT + PassReason::COUNT)
+        core::mem::size_of::<DatapathStats>() == 8 * (6 + DropReason::COUNT + PassReason::COUNT)
     );
 };
 
@@ -127,6 +245,10 @@ mod pod {
     use super::*;
     // SAFETY: plain `#[repr(C)]` integers with no implicit padding (asserted above).
     unsafe impl aya::Pod for ShaperConfig {}
-    unsafe impl aya::Pod for Clock {}
     unsafe impl aya::Pod for DatapathStats {}
+    unsafe impl aya::Pod for FlowKey {}
+    unsafe impl aya::Pod for HostState {}
+    unsafe impl aya::Pod for FlowState {}
+    unsafe impl aya::Pod for HostRate {}
+    unsafe impl aya::Pod for Levels {}
 }

@@ -4,5 +4,6 @@
 
 pub mod datapath;
 pub mod edt;
+pub mod isolation;
 pub mod rate;
 pub mod time;

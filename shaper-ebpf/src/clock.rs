@@ -62,3 +62,23 @@ pub unsafe fn reserve(
     unsafe { atomic_xadd::<u64, u64, { Relaxed }>(clock, tx_ns) };
     Reserved::AtContended(depart)
 }
+
+/// Moves a clock forward to at least `to_ns` (never back).
+///
+/// # Safety
+/// `clock` must point into a map value that stays valid for the program's run.
+#[inline(always)]
+pub unsafe fn advance(clock: *mut u64, to_ns: u64) {
+    let mut current = unsafe { core::ptr::read_volatile(clock) };
+    for _ in 0..CAS_ATTEMPTS {
+        if current >= to_ns {
+            return;
+        }
+        let (seen, swapped) =
+            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(clock, current, to_ns) };
+        if swapped {
+            return;
+        }
+        current = seen;
+    }
+}

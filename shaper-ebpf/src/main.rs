@@ -13,7 +13,9 @@
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic intrinsics: see clock.rs")]
 
+mod calendar;
 mod clock;
+mod fair;
 mod parse;
 mod stats;
 
@@ -25,21 +27,17 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
-    datapath::{Clock, DatapathStats, DropReason, PassReason, ShaperConfig},
+    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig},
     edt,
 };
 
 use crate::{
-    clock::Reserved,
+    fair::Scheduled,
     parse::{MAX_HEADER_BYTES, ParseError},
 };
 
 #[map(name = "SHAPER_CONFIG")]
 static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
-
-/// The aggregate's departure clock (the global guard of the configured rate).
-#[map(name = "SHAPER_CLOCK")]
-static CLOCK: Array<Clock> = Array::with_max_entries(1, 0);
 
 #[map(name = "SHAPER_STATS")]
 static STATS: PerCpuArray<DatapathStats> = PerCpuArray::with_max_entries(1, 0);
@@ -72,15 +70,18 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         return stats::pass(stats, PassReason::Unconfigured);
     }
 
-    if let Err(err) = classify(ctx) {
-        return stats::pass(
-            stats,
-            match err {
-                ParseError::NonIp => PassReason::NonIp,
-                ParseError::Malformed | ParseError::NotLinear => PassReason::Malformed,
-            },
-        );
-    }
+    let info = match classify(ctx) {
+        Ok(info) => info,
+        Err(err) => {
+            return stats::pass(
+                stats,
+                match err {
+                    ParseError::NonIp => PassReason::NonIp,
+                    ParseError::Malformed | ParseError::NotLinear => PassReason::Malformed,
+                },
+            );
+        }
+    };
 
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
@@ -90,30 +91,30 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         config.overhead_bytes,
         config.mpu_bytes,
     );
-    let tx_ns = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let Some(clock) = CLOCK.get_ptr_mut(0) else {
-        return stats::pass(stats, PassReason::Unconfigured);
-    };
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: `next_ns` lives in an array map value, valid for the run.
-    let reserved = unsafe {
-        clock::reserve(
-            &raw mut (*clock).next_ns,
-            now,
-            skb.tstamp,
-            tx_ns,
-            config.horizon_ns,
-        )
-    };
-    let depart = match reserved {
-        Reserved::At(t) => t,
-        Reserved::AtContended(t) => {
-            stats.clock_contended += 1;
-            t
+    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp) {
+        Scheduled::At {
+            depart_ns,
+            contended,
+            calendar_delayed,
+            unplaced_ns,
+        } => {
+            if contended {
+                stats.clock_contended += 1;
+            }
+            if calendar_delayed {
+                stats.calendar_delayed += 1;
+            }
+            stats.calendar_unplaced_ns += unplaced_ns;
+            depart_ns
         }
-        Reserved::BeyondHorizon => return stats::drop(stats, DropReason::Horizon),
+        Scheduled::BeyondHorizon => return stats::drop(stats, DropReason::Horizon),
+        Scheduled::NoState => return stats::pass(stats, PassReason::NoState),
     };
     skb.tstamp = depart;
+    if depart > stats.latest_depart_ns {
+        stats.latest_depart_ns = depart;
+    }
     stats.shaped_packets += 1;
     stats.shaped_bytes += wire;
     Verdict::Pass

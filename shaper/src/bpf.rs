@@ -2,15 +2,21 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, Map, MapData, PerCpuArray},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
         SchedClassifier, TcAttachType,
         tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions},
     },
 };
-use shaper_common::datapath::{Clock, DatapathStats, ShaperConfig, map_names, program_names};
+use shaper_common::datapath::{
+    DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
+    program_names,
+};
 
-use crate::runtime::{AttachMode, MapIds};
+use crate::{
+    config::StateParams,
+    runtime::{AttachMode, MapIds},
+};
 
 /// The data path, built from `shaper-ebpf` by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shaper"));
@@ -45,9 +51,13 @@ pub struct Datapath {
 
 impl Datapath {
     /// Loads the object and the egress program into the kernel (the verifier runs here).
-    pub fn load() -> Result<Self, BpfError> {
+    pub fn load(state: &StateParams) -> Result<Self, BpfError> {
         raise_memlock_limit();
-        let mut ebpf = EbpfLoader::new().load(OBJECT)?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(map_names::FLOWS, state.max_flows)
+            .map_max_entries(map_names::HOSTS, state.max_hosts)
+            .map_max_entries(map_names::HOST_RATES, state.max_hosts)
+            .load(OBJECT)?;
         egress_program(&mut ebpf)?.load()?;
         Ok(Self { ebpf, link: None })
     }
@@ -60,6 +70,54 @@ impl Datapath {
         let mut array: Array<_, ShaperConfig> =
             Array::try_from(map).map_err(map_err(map_names::CONFIG))?;
         array.set(0, *config, 0).map_err(map_err(map_names::CONFIG))
+    }
+
+    fn map_mut(&mut self, name: &'static str) -> Result<&mut Map, BpfError> {
+        self.ebpf.map_mut(name).ok_or(BpfError::Missing(name))
+    }
+
+    fn map(&self, name: &'static str) -> Result<&Map, BpfError> {
+        self.ebpf.map(name).ok_or(BpfError::Missing(name))
+    }
+
+    /// Every host's state (the control loop reads hosts, never flows).
+    pub fn hosts(&self) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
+        let name = map_names::HOSTS;
+        let map =
+            HashMap::<_, FlowKey, HostState>::try_from(self.map(name)?).map_err(map_err(name))?;
+        // An entry evicted between listing its key and reading it is simply skipped.
+        Ok(map.iter().filter_map(Result::ok).collect())
+    }
+
+    /// Up to `limit` flows (for stats; a full walk of a big table takes a while).
+    pub fn flows(&self, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
+        let name = map_names::FLOWS;
+        let map =
+            HashMap::<_, FlowKey, FlowState>::try_from(self.map(name)?).map_err(map_err(name))?;
+        Ok(map.iter().filter_map(Result::ok).take(limit).collect())
+    }
+
+    pub fn set_host_rate(&mut self, key: &FlowKey, rate: &HostRate) -> Result<(), BpfError> {
+        let name = map_names::HOST_RATES;
+        let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
+        map.insert(key, rate, 0).map_err(map_err(name))
+    }
+
+    pub fn remove_host_rate(&mut self, key: &FlowKey) -> Result<(), BpfError> {
+        let name = map_names::HOST_RATES;
+        let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
+        match map.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err(name)(e)),
+        }
+    }
+
+    pub fn set_levels(&mut self, levels: &Levels) -> Result<(), BpfError> {
+        let name = map_names::LEVELS;
+        let mut array = Array::<_, Levels>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        array.set(0, *levels, 0).map_err(map_err(name))
     }
 
     pub fn egress(&mut self) -> Result<&mut SchedClassifier, BpfError> {
@@ -100,25 +158,19 @@ impl Datapath {
         };
         Ok(MapIds {
             config: id(map_names::CONFIG)?,
-            clock: id(map_names::CLOCK)?,
+            hosts: id(map_names::HOSTS)?,
+            flows: id(map_names::FLOWS)?,
+            host_rates: id(map_names::HOST_RATES)?,
             stats: id(map_names::STATS)?,
         })
     }
 
-    /// Counters and clock of this instance (for tests and the control loop).
+    /// Counters of this instance (for tests and the control loop).
     pub fn snapshot(&self) -> Result<DatapathView, BpfError> {
-        let stats = self
-            .ebpf
-            .map(map_names::STATS)
-            .ok_or(BpfError::Missing(map_names::STATS))?;
+        let name = map_names::STATS;
         let stats =
-            PerCpuArray::<_, DatapathStats>::try_from(stats).map_err(map_err(map_names::STATS))?;
-        let clock = self
-            .ebpf
-            .map(map_names::CLOCK)
-            .ok_or(BpfError::Missing(map_names::CLOCK))?;
-        let clock = Array::<_, Clock>::try_from(clock).map_err(map_err(map_names::CLOCK))?;
-        read_view(&stats, &clock)
+            PerCpuArray::<_, DatapathStats>::try_from(self.map(name)?).map_err(map_err(name))?;
+        read_view(&stats)
     }
 }
 
@@ -146,45 +198,59 @@ fn map_data(map: &Map) -> Option<&MapData> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DatapathView {
     pub stats: DatapathStats,
-    /// The aggregate clock (CLOCK_MONOTONIC ns).
-    pub clock_ns: u64,
-    /// `clock - now` when positive: how much is scheduled ahead, i.e. the queue in time.
+    /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
 }
 
-fn read_view<S, C>(
-    stats: &PerCpuArray<S, DatapathStats>,
-    clock: &Array<C, Clock>,
-) -> Result<DatapathView, BpfError>
+fn read_view<S>(stats: &PerCpuArray<S, DatapathStats>) -> Result<DatapathView, BpfError>
 where
     S: std::borrow::Borrow<MapData>,
-    C: std::borrow::Borrow<MapData>,
 {
     let per_cpu = stats.get(&0, 0).map_err(map_err(map_names::STATS))?;
     let mut total = DatapathStats::default();
     for cpu in per_cpu.iter() {
         total.accumulate(cpu);
     }
-    let clock_ns = clock.get(&0, 0).map_err(map_err(map_names::CLOCK))?.next_ns;
-    let now = monotonic_now_ns();
     Ok(DatapathView {
         stats: total,
-        clock_ns,
-        backlog_ns: clock_ns.saturating_sub(now),
+        backlog_ns: total.latest_depart_ns.saturating_sub(monotonic_now_ns()),
     })
 }
 
 /// Reads a running instance's maps by their kernel ids (for `shaper stats`).
 pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
-    let open = |name: &'static str, id: u32| MapData::from_id(id).map_err(map_err(name));
-    let stats = PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(open(
-        map_names::STATS,
-        ids.stats,
-    )?))
-    .map_err(map_err(map_names::STATS))?;
-    let clock = Array::<_, Clock>::try_from(Map::Array(open(map_names::CLOCK, ids.clock)?))
-        .map_err(map_err(map_names::CLOCK))?;
-    read_view(&stats, &clock)
+    let name = map_names::STATS;
+    let data = MapData::from_id(ids.stats).map_err(map_err(name))?;
+    let stats =
+        PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(data)).map_err(map_err(name))?;
+    read_view(&stats)
+}
+
+/// Hosts (and their states) of a running instance, by map id.
+pub fn hosts_by_id(id: u32) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
+    let name = map_names::HOSTS;
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, HostState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
+    Ok(map.iter().filter_map(Result::ok).collect())
+}
+
+/// The levels the control plane wrote, by map id.
+pub fn host_rates_by_id(id: u32) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
+    let name = map_names::HOST_RATES;
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, HostRate>::try_from(Map::HashMap(data)).map_err(map_err(name))?;
+    Ok(map.iter().filter_map(Result::ok).collect())
+}
+
+/// Up to `limit` flows of a running instance, by map id.
+pub fn flows_by_id(id: u32, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
+    let name = map_names::FLOWS;
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    let map =
+        HashMap::<_, FlowKey, FlowState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
+    Ok(map.iter().filter_map(Result::ok).take(limit).collect())
 }
 
 /// The clock the data path stamps with (bpf_ktime_get_ns).

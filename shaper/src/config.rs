@@ -5,8 +5,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 use shaper_common::{
-    datapath::ShaperConfig,
+    datapath::{ShaperConfig, calendar_bin_ns},
     edt,
+    isolation::{Isolation, prefix_mask},
     rate::{self, DisplayRate},
     time,
 };
@@ -23,6 +24,16 @@ pub mod defaults {
     /// Per-flow packets in fq: high enough that fq never tail-drops a flow before the data path's
     /// horizon would (forwarded traffic is not bounded by TCP Small Queues).
     pub const FQ_FLOW_LIMIT_PACKETS: u32 = 1_000;
+    /// A host is an IPv4 address, or an IPv6 /64 (what one site or device usually gets).
+    pub const HOST_PREFIX_V4: u32 = 32;
+    pub const HOST_PREFIX_V6: u32 = 64;
+    /// State sizes: a busy router's worth of flows and hosts (~100 MB of kernel memory at the
+    /// maximum; LRU evicts idle entries first).
+    pub const MAX_FLOWS: u32 = 1 << 20;
+    pub const MAX_HOSTS: u32 = 1 << 16;
+    /// New flow entries one host may create per control interval (100 ms) before the rest share
+    /// overflow buckets: 100k new flows/s, well above any legitimate client.
+    pub const FLOW_QUOTA: u32 = 10_000;
 }
 
 /// The `[shaper]`-less flat TOML file: the same names as the long command-line options.
@@ -34,8 +45,22 @@ pub struct FileConfig {
     pub horizon: Option<String>,
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
+    pub isolation: Option<String>,
     #[serde(default)]
     pub fq: FqFile,
+    #[serde(default)]
+    pub state: StateFile,
+}
+
+/// `[state]`: how hosts are defined and how much state the data path may keep.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StateFile {
+    pub host_prefix_v4: Option<u32>,
+    pub host_prefix_v6: Option<u32>,
+    pub max_flows: Option<u32>,
+    pub max_hosts: Option<u32>,
+    pub flow_quota: Option<u32>,
 }
 
 /// `[fq]`: the departure-time queue.
@@ -54,6 +79,7 @@ pub struct CliConfig {
     pub horizon: Option<String>,
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +113,42 @@ pub enum ConfigError {
     Mpu(u32),
     #[error("fq {what} must be between 1 and 1000000 (got {value})")]
     FqLimit { what: &'static str, value: u32 },
+    #[error("unknown isolation mode {0:?}: use one of {modes}", modes = isolation_names())]
+    Isolation(String),
+    #[error("{what} must be between {min} and {max} (got {value})")]
+    OutOfRange {
+        what: &'static str,
+        value: u32,
+        min: u32,
+        max: u32,
+    },
+}
+
+fn isolation_names() -> String {
+    Isolation::ALL.map(Isolation::name).join(", ")
+}
+
+fn in_range(what: &'static str, value: u32, min: u32, max: u32) -> Result<u32, ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::OutOfRange {
+            what,
+            value,
+            min,
+            max,
+        })
+    }
+}
+
+/// How hosts are told apart and how much state is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateParams {
+    pub host_prefix_v4: u32,
+    pub host_prefix_v6: u32,
+    pub max_flows: u32,
+    pub max_hosts: u32,
+    pub flow_quota: u32,
 }
 
 /// Validated settings.
@@ -97,7 +159,9 @@ pub struct Settings {
     pub horizon_ns: u64,
     pub overhead_bytes: i32,
     pub mpu_bytes: u32,
+    pub isolation: Isolation,
     pub fq: FqParams,
+    pub state: StateParams,
 }
 
 impl Settings {
@@ -149,13 +213,52 @@ impl Settings {
             // fq must never drop before the data path: its horizon sits a second beyond ours.
             horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
         };
+        let isolation = match cli.isolation.or(file_config.isolation) {
+            Some(name) => Isolation::parse(&name).ok_or(ConfigError::Isolation(name))?,
+            None => Isolation::default(),
+        };
+        let st = &file_config.state;
+        let state = StateParams {
+            host_prefix_v4: in_range(
+                "host-prefix-v4",
+                st.host_prefix_v4.unwrap_or(defaults::HOST_PREFIX_V4),
+                1,
+                32,
+            )?,
+            host_prefix_v6: in_range(
+                "host-prefix-v6",
+                st.host_prefix_v6.unwrap_or(defaults::HOST_PREFIX_V6),
+                1,
+                128,
+            )?,
+            max_flows: in_range(
+                "max-flows",
+                st.max_flows.unwrap_or(defaults::MAX_FLOWS),
+                1_024,
+                1 << 24,
+            )?,
+            max_hosts: in_range(
+                "max-hosts",
+                st.max_hosts.unwrap_or(defaults::MAX_HOSTS),
+                16,
+                1 << 22,
+            )?,
+            flow_quota: in_range(
+                "flow-quota",
+                st.flow_quota.unwrap_or(defaults::FLOW_QUOTA),
+                0,
+                1 << 24,
+            )?,
+        };
         Ok(Self {
             iface,
             rate_bps,
             horizon_ns,
             overhead_bytes,
             mpu_bytes,
+            isolation,
             fq,
+            state,
         })
     }
 
@@ -167,14 +270,21 @@ impl Settings {
             horizon_ns: self.horizon_ns,
             overhead_bytes: self.overhead_bytes,
             mpu_bytes: self.mpu_bytes,
+            isolation: self.isolation as u32,
+            flow_quota: self.state.flow_quota,
+            host_mask_v4: prefix_mask(self.state.host_prefix_v4, 1)[0],
+            _pad: 0,
+            host_mask_v6: prefix_mask(self.state.host_prefix_v6, 4),
+            calendar_bin_ns: calendar_bin_ns(edt::ns_per_byte_fp(self.rate_bps), self.horizon_ns),
         }
     }
 
     pub fn describe(&self) -> String {
         format!(
-            "{} at {} (horizon {} ms, overhead {}, mpu {})",
+            "{} at {}, {} (horizon {} ms, overhead {}, mpu {})",
             self.iface,
             DisplayRate(self.rate_bps),
+            self.isolation.name(),
             self.horizon_ns / 1_000_000,
             self.overhead_bytes,
             self.mpu_bytes
@@ -278,6 +388,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot read config file"), "{err}");
+    }
+
+    #[test]
+    fn isolation_and_state() {
+        let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
+        assert_eq!(s.isolation, Isolation::TripleIsolate);
+        let c = s.datapath_config();
+        assert_eq!(c.isolation, Isolation::TripleIsolate as u32);
+        assert_eq!(c.host_mask_v4, u32::MAX);
+        assert_eq!(c.host_mask_v6, [u32::MAX, u32::MAX, 0, 0]);
+        assert!(c.calendar_bin_ns >= 1_000_000);
+
+        let mut f = tempfile();
+        writeln!(
+            f.1,
+            "isolation = \"flows\"\n[state]\nhost-prefix-v4 = 24\nmax-flows = 4096"
+        )
+        .unwrap();
+        let s = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0)).unwrap();
+        assert_eq!(s.isolation, Isolation::Flows);
+        assert_eq!((s.state.host_prefix_v4, s.state.max_flows), (24, 4096));
+        let mut c = cli("eth0", "1gbit");
+        c.isolation = Some("dual-dsthost".into());
+        let s = Settings::resolve(c, Some(&f.0)).unwrap();
+        assert_eq!(s.isolation, Isolation::DualDstHost, "the command line wins");
+
+        let err = |c| Settings::resolve(c, None).unwrap_err().to_string();
+        let mut c = cli("eth0", "1gbit");
+        c.isolation = Some("triple".into());
+        let e = err(c);
+        assert!(
+            e.contains("unknown isolation mode") && e.contains("dual-srchost"),
+            "{e}"
+        );
+        let mut f = tempfile();
+        writeln!(f.1, "[state]\nhost-prefix-v6 = 129").unwrap();
+        let e = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host-prefix-v6 must be between 1 and 128"),
+            "{e}"
+        );
     }
 
     fn tempfile() -> (std::path::PathBuf, std::fs::File) {

@@ -59,7 +59,7 @@ impl Deployment {
             warn!("ignoring unreadable state: {e}");
             None
         });
-        let mut datapath = Datapath::load()?;
+        let mut datapath = Datapath::load(&settings.state)?;
         datapath.configure(&settings.datapath_config())?;
 
         let mut sock = Socket::open()?;
@@ -116,6 +116,7 @@ impl Deployment {
             ifindex: iface.ifindex,
             rate_bps: settings.rate_bps,
             horizon_ns: settings.horizon_ns,
+            isolation: settings.isolation.name().to_string(),
             started_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -140,6 +141,10 @@ impl Deployment {
 
     pub fn datapath(&self) -> &Datapath {
         &self.datapath
+    }
+
+    pub fn datapath_mut(&mut self) -> &mut Datapath {
+        &mut self.datapath
     }
 
     pub fn teardown(mut self) -> anyhow::Result<()> {

@@ -4,7 +4,9 @@
 pub mod bpf;
 pub mod cmd;
 pub mod config;
+pub mod control;
 pub mod deploy;
+pub mod fairness;
 pub mod link;
 pub mod netlink;
 pub mod probe;

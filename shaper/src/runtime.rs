@@ -48,8 +48,10 @@ pub enum AttachMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MapIds {
     pub config: u32,
-    pub clock: u32,
     pub stats: u32,
+    pub hosts: u32,
+    pub flows: u32,
+    pub host_rates: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +61,8 @@ pub struct State {
     pub ifindex: u32,
     pub rate_bps: u64,
     pub horizon_ns: u64,
+    /// Isolation mode name (see `shaper_common::isolation`).
+    pub isolation: String,
     pub started_unix_s: u64,
     pub attach: AttachMode,
     /// shaper added the clsact qdisc (netlink attach) and removes it on exit.

@@ -1,8 +1,11 @@
 //! The report `shaper stats` prints: for people, and as JSON for scripts.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+
 use serde::Serialize;
 use shaper_common::{
-    datapath::{DropReason, PassReason},
+    datapath::{DropReason, FlowKey, FlowState, HostRate, HostState, PassReason},
+    edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
     rate::DisplayRate,
 };
 
@@ -15,6 +18,7 @@ pub struct Report {
     pub pid: u32,
     pub rate_bps: u64,
     pub horizon_ns: u64,
+    pub isolation: String,
     pub attach: String,
     pub uptime_s: u64,
     /// Packets stamped with a departure time (GSO super-packets count once).
@@ -24,7 +28,9 @@ pub struct Report {
     pub dropped: std::collections::BTreeMap<&'static str, u64>,
     pub passed_unshaped: std::collections::BTreeMap<&'static str, u64>,
     pub clock_contended: u64,
-    /// How far ahead of now the departure clock is: the queue, in time.
+    /// Packets the calendar held past their flow's time (levels were overbooked).
+    pub calendar_delayed: u64,
+    /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
 }
 
@@ -40,6 +46,7 @@ impl Report {
             pid: state.pid,
             rate_bps: state.rate_bps,
             horizon_ns: state.horizon_ns,
+            isolation: state.isolation.clone(),
             attach: format!("{:?}", state.attach).to_lowercase(),
             uptime_s: now.saturating_sub(state.started_unix_s),
             packets: view.stats.shaped_packets,
@@ -53,6 +60,7 @@ impl Report {
                 .map(|r| (r.name(), view.stats.passed[*r as usize]))
                 .collect(),
             clock_contended: view.stats.clock_contended,
+            calendar_delayed: view.stats.calendar_delayed,
             backlog_ns: view.backlog_ns,
         }
     }
@@ -65,13 +73,14 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  horizon {} ms\n  shaped: {} packets, {} bytes\n  backlog: {:.3} ms scheduled ahead\n  dropped: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}\n",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes\n  backlog: {:.3} ms scheduled ahead\n  dropped: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
             self.iface,
             self.ifindex,
             self.pid,
             self.attach,
             self.uptime_s,
             DisplayRate(self.rate_bps),
+            self.isolation,
             self.horizon_ns / 1_000_000,
             self.packets,
             self.bytes,
@@ -79,6 +88,189 @@ impl Report {
             list(&self.dropped),
             list(&self.passed_unshaped),
             self.clock_contended,
+            self.calendar_delayed,
         )
+    }
+}
+
+/// One host (the outer fairness level) in `shaper stats --hosts`.
+#[derive(Debug, Serialize)]
+pub struct HostRow {
+    pub host: String,
+    pub bytes: u64,
+    pub packets: u64,
+    /// The level its flows are paced at (what the control plane wrote last), if any.
+    pub flow_level_bps: Option<u64>,
+    /// How far ahead its latest departure is scheduled (its queue, in time).
+    pub scheduled_ns: u64,
+}
+
+/// One flow in `shaper stats --flows`.
+#[derive(Debug, Serialize)]
+pub struct FlowRow {
+    pub flow: String,
+    pub bytes: u64,
+    pub packets: u64,
+    /// How far ahead its clock is (its queue, in time).
+    pub scheduled_ns: u64,
+}
+
+/// The `top` hosts by bytes.
+pub fn host_rows(
+    hosts: Vec<(FlowKey, HostState)>,
+    rates: &[(FlowKey, HostRate)],
+    now_ns: u64,
+    top: usize,
+) -> Vec<HostRow> {
+    let mut rows: Vec<HostRow> = hosts
+        .into_iter()
+        .map(|(k, h)| HostRow {
+            host: describe_key(&k),
+            bytes: h.bytes,
+            packets: h.packets,
+            flow_level_bps: rates
+                .iter()
+                .find(|(rk, _)| *rk == k)
+                .map(|(_, r)| rate_of(r.flow_ns_per_byte_fp)),
+            scheduled_ns: h.latest_depart_ns.saturating_sub(now_ns),
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));
+    rows.truncate(top);
+    rows
+}
+
+/// The `top` flows by bytes.
+pub fn flow_rows(flows: Vec<(FlowKey, FlowState)>, now_ns: u64, top: usize) -> Vec<FlowRow> {
+    let mut rows: Vec<FlowRow> = flows
+        .into_iter()
+        .map(|(k, f)| FlowRow {
+            flow: describe_key(&k),
+            bytes: f.bytes,
+            packets: f.packets,
+            scheduled_ns: f.clock_ns.saturating_sub(now_ns),
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));
+    rows.truncate(top);
+    rows
+}
+
+pub fn host_table(rows: &[HostRow]) -> String {
+    let mut out = format!(
+        "{:<44} {:>14} {:>10} {:>14} {:>12}\n",
+        "host", "bytes", "packets", "flow level", "queue ms"
+    );
+    for r in rows {
+        let level = r
+            .flow_level_bps
+            .map(|b| DisplayRate(b).to_string())
+            .unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:<44} {:>14} {:>10} {:>14} {:>12.3}\n",
+            r.host,
+            r.bytes,
+            r.packets,
+            level,
+            r.scheduled_ns as f64 / 1e6
+        ));
+    }
+    out
+}
+
+pub fn flow_table(rows: &[FlowRow]) -> String {
+    let mut out = format!(
+        "{:<72} {:>14} {:>10} {:>12}\n",
+        "flow", "bytes", "packets", "queue ms"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:<72} {:>14} {:>10} {:>12.3}\n",
+            r.flow,
+            r.bytes,
+            r.packets,
+            r.scheduled_ns as f64 / 1e6
+        ));
+    }
+    out
+}
+
+/// Bits per second of a pace in ns per byte (fixed point).
+fn rate_of(ns_per_byte_fp: u64) -> u64 {
+    if ns_per_byte_fp == 0 {
+        return 0;
+    }
+    ((8 * NSEC_PER_SEC as u128) << NS_PER_BYTE_SHIFT).div_ceil(ns_per_byte_fp as u128) as u64
+}
+
+/// A key as a person reads it: the fields the isolation mode uses, `*` for the others.
+pub fn describe_key(k: &FlowKey) -> String {
+    let addr = |a: &[u32; 4]| -> String {
+        match k.family {
+            4 => Ipv4Addr::from(a[0].to_ne_bytes()).to_string(),
+            6 => {
+                let mut bytes = [0u8; 16];
+                for (i, w) in a.iter().enumerate() {
+                    bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+                }
+                Ipv6Addr::from(bytes).to_string()
+            }
+            _ => "*".into(),
+        }
+    };
+    if k.family == 0 {
+        return "(all traffic)".into();
+    }
+    let (src, dst) = (addr(&k.src), addr(&k.dst));
+    let src = if k.src == [0; 4] {
+        "*".to_string()
+    } else {
+        src
+    };
+    let dst = if k.dst == [0; 4] {
+        "*".to_string()
+    } else {
+        dst
+    };
+    let overflow = if k._pad[0] != 0 { " (overflow)" } else { "" };
+    match k.proto {
+        0 => format!("{src} > {dst}{overflow}"),
+        6 | 17 => format!(
+            "{src}:{} > {dst}:{} {}{overflow}",
+            k.src_port,
+            k.dst_port,
+            if k.proto == 6 { "tcp" } else { "udp" }
+        ),
+        p => format!("{src} > {dst} proto {p}{overflow}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_read_like_addresses() {
+        let k = FlowKey {
+            src: [u32::from_ne_bytes([10, 0, 0, 1]), 0, 0, 0],
+            dst: [u32::from_ne_bytes([10, 2, 0, 1]), 0, 0, 0],
+            src_port: 40000,
+            dst_port: 5201,
+            proto: 6,
+            family: 4,
+            _pad: [0; 2],
+        };
+        assert_eq!(describe_key(&k), "10.0.0.1:40000 > 10.2.0.1:5201 tcp");
+        let host = FlowKey {
+            dst: k.dst,
+            family: 4,
+            ..Default::default()
+        };
+        assert_eq!(describe_key(&host), "* > 10.2.0.1");
+        assert_eq!(describe_key(&FlowKey::default()), "(all traffic)");
+        assert_eq!(
+            rate_of(shaper_common::edt::ns_per_byte_fp(100_000_000)),
+            100_000_000
+        );
     }
 }

@@ -5,7 +5,10 @@ pub mod packet;
 pub mod skb;
 
 use aya::programs::{TestRun, TestRunOptions};
-use shaper::bpf::{Datapath, DatapathView};
+use shaper::{
+    bpf::{Datapath, DatapathView},
+    config::StateParams,
+};
 use shaper_common::datapath::ShaperConfig;
 
 /// TC_ACT_UNSPEC as the kernel returns it (u32): "continue", what shaper returns to let a
@@ -33,7 +36,7 @@ impl Harness {
         if let Err(e) = shaper::probe::require_privileges() {
             panic!("BPF tests load programs into the kernel and must run as root: {e}");
         }
-        let mut datapath = Datapath::load().expect("load the BPF data path");
+        let mut datapath = Datapath::load(&TEST_STATE).expect("load the BPF data path");
         datapath.configure(&config).expect("configure");
         Self { datapath }
     }
@@ -87,6 +90,15 @@ impl Harness {
 }
 
 /// A configuration for `rate_bps` with the given horizon and no overhead.
+/// Small maps: the tests create a handful of flows.
+pub const TEST_STATE: StateParams = StateParams {
+    host_prefix_v4: 32,
+    host_prefix_v6: 64,
+    max_flows: 4_096,
+    max_hosts: 256,
+    flow_quota: 0,
+};
+
 pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
     ShaperConfig {
         rate_bps,
@@ -94,5 +106,10 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         horizon_ns,
         overhead_bytes: 0,
         mpu_bytes: 0,
+        calendar_bin_ns: shaper_common::datapath::calendar_bin_ns(
+            shaper_common::edt::ns_per_byte_fp(rate_bps),
+            horizon_ns,
+        ),
+        ..Default::default()
     }
 }

@@ -102,12 +102,23 @@ pub fn ipv6(next_header: u8, src_last: u8, dst_last: u8, l4: &[u8]) -> Vec<u8> {
 
 /// An IPv4 TCP frame of exactly `frame_len` bytes (payload padded), like one MSS-sized segment.
 pub fn tcp4_frame(frame_len: usize) -> Vec<u8> {
+    tcp4_flow([10, 0, 0, 1], [10, 0, 0, 2], 40000, 5201, frame_len)
+}
+
+/// An IPv4 TCP frame of `frame_len` bytes of the given flow.
+pub fn tcp4_flow(
+    src: [u8; 4],
+    dst: [u8; 4],
+    src_port: u16,
+    dst_port: u16,
+    frame_len: usize,
+) -> Vec<u8> {
     let headers = 14 + 20 + 20;
     let payload = vec![0xab; frame_len.saturating_sub(headers)];
-    let mut l4 = tcp_header(40000, 5201, ACK | PSH);
+    let mut l4 = tcp_header(src_port, dst_port, ACK | PSH);
     l4.extend_from_slice(&payload);
     Frame::ether_type(ETH_P_IP)
-        .payload(ipv4(TCP, [10, 0, 0, 1], [10, 0, 0, 2], &l4))
+        .payload(ipv4(TCP, src, dst, &l4))
         .build()
 }
 

@@ -37,6 +37,9 @@ measure_pair() {
 	shaped=$(goodput_mbit "$SECONDS_PER_RUN" 1) || exit 1
 	ip netns exec "$SRC" shaper stats --iface s0
 	ip netns exec "$SRC" shaper stats --iface s0 --json | grep -q '"packets"' || fail "stats --json"
+	ip netns exec "$SRC" shaper stats --iface s0 --hosts
+	ip netns exec "$SRC" shaper stats --iface s0 --flows --top 3 --json | grep -q '10.9.0.1:[0-9]* > 10.9.0.2:5201 tcp' ||
+		fail "stats --flows does not list the iperf3 flow"
 	shaper_stop
 
 	after=$(qdisc_state s0)

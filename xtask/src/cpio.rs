@@ -83,9 +83,8 @@ impl Archive {
     }
 
     pub fn write_to(&self, out: &mut impl Write) -> Result<()> {
-        let mut ino = 1u32;
         let mut written = 0usize;
-        for (path, entry) in &self.entries {
+        for (ino, (path, entry)) in (1u32..).zip(self.entries.iter()) {
             let (mode, data, rdev): (u32, &[u8], (u32, u32)) = match entry {
                 Entry::Dir => (S_IFDIR | 0o755, &[], (0, 0)),
                 Entry::File { data, mode } => (S_IFREG | mode, data, (0, 0)),
@@ -96,7 +95,6 @@ impl Archive {
             out.write_all(data)?;
             written += data.len();
             written += pad(out, written)?;
-            ino += 1;
         }
         written += header(out, 0, 0, 0, (0, 0), "TRAILER!!!")?;
         pad(out, written)?;

@@ -1,12 +1,13 @@
 //! `shaper run`: shape an interface until SIGINT/SIGTERM, then restore it.
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::{
     config::{CliConfig, Settings},
+    control::{self, Controller},
     deploy::Deployment,
     link::Interface,
     probe,
@@ -29,13 +30,14 @@ pub struct RunArgs {
     /// Minimum accounted frame size in bytes (CAKE's `mpu`).
     #[arg(long)]
     pub mpu: Option<u32>,
+    /// Fairness: flowblind, srchost, dsthost, hosts, flows, dual-srchost, dual-dsthost,
+    /// triple-isolate (default; CAKE's names, see docs/design.md for each).
+    #[arg(long)]
+    pub isolation: Option<String>,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
-
-/// How often the control loop wakes. Nothing in it is per-packet; later it computes fair shares.
-const CONTROL_INTERVAL: Duration = Duration::from_millis(100);
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let cli = CliConfig {
@@ -44,6 +46,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         horizon: args.horizon,
         overhead: args.overhead,
         mpu: args.mpu,
+        isolation: args.isolation,
     };
     let settings = Settings::resolve(cli, args.config.as_deref())?;
     probe::require_privileges()?;
@@ -53,23 +56,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let deployment = Deployment::apply(&settings, iface)?;
-    let served = runtime.block_on(serve(&deployment));
+    let mut deployment = Deployment::apply(&settings, iface)?;
+    let controller = Controller::new(settings.rate_bps, settings.isolation);
+    let served = runtime.block_on(serve(&mut deployment, controller));
     let restored = deployment.teardown();
     served.and(restored)
 }
 
-async fn serve(deployment: &Deployment) -> anyhow::Result<()> {
+async fn serve(deployment: &mut Deployment, mut controller: Controller) -> anyhow::Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut tick = tokio::time::interval(CONTROL_INTERVAL);
+    let mut tick = tokio::time::interval(control::INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
             _ = tick.tick() => {
-                if let Ok(view) = deployment.datapath().snapshot() {
-                    debug!(backlog_ns = view.backlog_ns, packets = view.stats.shaped_packets, "tick");
+                // A failed tick keeps the previous levels in force; the next one retries.
+                match controller.tick(deployment.datapath_mut()) {
+                    Ok(summary) => debug!(?summary, "tick"),
+                    Err(e) => warn!("control loop: {e}"),
                 }
             }
         }

@@ -5,7 +5,7 @@ use crate::{
     link::Interface,
     probe,
     runtime::{self, RuntimeError},
-    stats::Report,
+    stats::{self, Report},
 };
 
 #[derive(Debug, clap::Args)]
@@ -16,7 +16,19 @@ pub struct StatsArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// List hosts (the outer fairness level) by bytes, with their flows' level and queue.
+    #[arg(long, conflicts_with = "flows")]
+    pub hosts: bool,
+    /// List flows by bytes, with their queue.
+    #[arg(long)]
+    pub flows: bool,
+    /// How many hosts or flows to list.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
 }
+
+/// Flows read for `--flows`: a full walk of a million-entry table takes seconds.
+const FLOW_SCAN_LIMIT: usize = 200_000;
 
 pub fn run(args: StatsArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
@@ -30,12 +42,36 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
             args.iface
         );
     }
+    let now = bpf::monotonic_now_ns();
+    if args.hosts {
+        let rates = bpf::host_rates_by_id(state.maps.host_rates)?;
+        let rows = stats::host_rows(bpf::hosts_by_id(state.maps.hosts)?, &rates, now, args.top);
+        return print(&rows, args.json, stats::host_table);
+    }
+    if args.flows {
+        let flows = bpf::flows_by_id(state.maps.flows, FLOW_SCAN_LIMIT)?;
+        let rows = stats::flow_rows(flows, now, args.top);
+        return print(&rows, args.json, stats::flow_table);
+    }
     let view = bpf::view_by_ids(&state.maps)?;
     let report = Report::new(&state, &view);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+fn print<T: serde::Serialize>(
+    rows: &[T],
+    json: bool,
+    table: fn(&[T]) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+    } else {
+        print!("{}", table(rows));
     }
     Ok(())
 }

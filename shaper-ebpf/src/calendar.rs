@@ -1,0 +1,127 @@
+//! The global guard: a calendar of wire time that keeps the aggregate at the configured rate
+//! without making anyone wait behind a flow paced into the future.
+//!
+//! Time is cut into bins of `calendar_bin_ns`; each bin can carry `calendar_bin_ns` of wire
+//! time at the configured rate, less what has already passed. A packet that wants to leave at
+//! `want` takes wire time from the bin holding `want` and, if that is full, from the following
+//! ones. In its own bin it leaves at `want`; pushed into a later bin, it leaves after what that
+//! bin already carries. So the aggregate never exceeds the rate by more than one bin's worth,
+//! and only when the levels are overbooked. A single "next free" clock would instead make a
+//! sparse flow wait behind a bulk flow's packets scheduled 5 ms ahead; a usage counter would
+//! make it wait for their total.
+//!
+//! Each bin is one u64 updated by compare-and-swap: the high 24 bits tag the lap of the ring
+//! the bin belongs to (a stale lap reads as empty), the low 40 bits the wire time taken (ns).
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+
+use aya_ebpf::{macros::map, maps::Array};
+use shaper_common::datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS};
+
+#[map(name = "SHAPER_CALENDAR")]
+static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
+
+const USED_BITS: u32 = 40;
+const USED_MASK: u64 = (1 << USED_BITS) - 1;
+const LAP_MASK: u64 = (1 << 24) - 1;
+
+pub struct Booked {
+    /// Earliest departure the calendar allows.
+    pub depart_ns: u64,
+    /// Whether the packet had to move past its wanted time (the aggregate was overbooked).
+    pub delayed: bool,
+    /// Wire time that found no room within the bins a packet may span; charged over capacity
+    /// to the last bin scanned, and counted.
+    pub unplaced_ns: u64,
+    pub contended: bool,
+}
+
+/// Books `tx_ns` of wire time at or after `want_ns` (≥ `now_ns`). Packets wanted beyond the
+/// ring's span are not booked: the flow clocks that put them there already pace them.
+#[inline(always)]
+pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
+    let mut out = Booked {
+        depart_ns: want_ns,
+        delayed: false,
+        unplaced_ns: 0,
+        contended: false,
+    };
+    if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
+        return out;
+    }
+    let mut index = want_ns / bin_ns;
+    let mut remaining = tx_ns;
+    let mut placed = false;
+    let mut last_bin: *mut u64 = core::ptr::null_mut();
+    for _ in 0..CALENDAR_MAX_SPAN_BINS {
+        if remaining == 0 {
+            break;
+        }
+        let Some(bin) = CALENDAR.get_ptr_mut((index % CALENDAR_BINS as u64) as u32) else {
+            break;
+        };
+        last_bin = bin;
+        let lap = (index / CALENDAR_BINS as u64) & LAP_MASK;
+        let current = unsafe { core::ptr::read_volatile(bin) };
+        let booked = if current >> USED_BITS == lap {
+            current & USED_MASK
+        } else {
+            0
+        };
+        // Wire time that has already passed cannot be used: no burst credit from an idle
+        // start of the current bin.
+        let bin_start = index * bin_ns;
+        let elapsed = if now_ns > bin_start {
+            now_ns - bin_start
+        } else {
+            0
+        };
+        let used = if elapsed > booked { elapsed } else { booked };
+        index += 1;
+        if used >= bin_ns {
+            continue;
+        }
+        let take = if bin_ns - used < remaining {
+            bin_ns - used
+        } else {
+            remaining
+        };
+        // One attempt per bin: a lost race moves on to the next bin (counted) rather than
+        // looping, which keeps the program within what the verifier explores.
+        let (_, swapped) = unsafe {
+            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
+                bin,
+                current,
+                (lap << USED_BITS) | (used + take),
+            )
+        };
+        if !swapped {
+            out.contended = true;
+            continue;
+        }
+        if !placed {
+            placed = true;
+            // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
+            // bounds the aggregate without ordering flows inside it. A packet pushed into a
+            // later bin queues behind what that bin already carries.
+            if bin_start > want_ns {
+                out.depart_ns = bin_start + used;
+                out.delayed = true;
+            }
+        }
+        remaining -= take;
+    }
+    if !placed {
+        // Every bin the packet may span is full: leave after them.
+        out.depart_ns = index * bin_ns;
+        out.delayed = true;
+    }
+    if remaining > 0 && !last_bin.is_null() {
+        // Wire time that found no room still goes on the wire: charge it to the last bin
+        // scanned, over its capacity, so that the packets after it see that bin full instead of
+        // the aggregate silently running over the rate.
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(last_bin, remaining) };
+    }
+    out.unplaced_ns = remaining;
+    out
+}

@@ -1,0 +1,227 @@
+//! Fair scheduling at stamping time: a packet departs when its flow's clock (advancing at its
+//! host's flow level) and the calendar (holding the aggregate to the rate) both allow it
+//! (docs/design.md, "Fairness").
+//!
+//! The data path only applies levels: the control plane decides them (per host in
+//! `SHAPER_HOST_RATES`, for newcomers in `SHAPER_LEVELS`) and reads the cumulative counters this
+//! module keeps in `SHAPER_HOSTS`. Nothing here divides or loops over flows.
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    macros::map,
+    maps::{Array, HashMap, LruHashMap},
+};
+use shaper_common::{
+    datapath::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
+    edt,
+    isolation::{Isolation, fields},
+};
+
+use crate::{
+    calendar,
+    clock::{self, Reserved},
+    parse::{ETH_P_IPV6, PacketInfo},
+};
+
+#[map(name = "SHAPER_LEVELS")]
+static LEVELS: Array<Levels> = Array::with_max_entries(1, 0);
+
+/// Sizes are defaults; the loader sets them from the configuration.
+#[map(name = "SHAPER_HOSTS")]
+static HOSTS: LruHashMap<FlowKey, HostState> = LruHashMap::with_max_entries(65_536, 0);
+
+#[map(name = "SHAPER_HOST_RATES")]
+static HOST_RATES: HashMap<FlowKey, HostRate> = HashMap::with_max_entries(65_536, 0);
+
+#[map(name = "SHAPER_FLOWS")]
+static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_048_576, 0);
+
+/// Buckets that absorb a host's new flows beyond its per-epoch quota.
+const OVERFLOW_BUCKETS: u16 = 16;
+
+pub enum Scheduled {
+    /// Depart at this time; `contended` when a clock took its fallback path.
+    At {
+        depart_ns: u64,
+        contended: bool,
+        calendar_delayed: bool,
+        unplaced_ns: u64,
+    },
+    BeyondHorizon,
+    /// A map could not be read or written (full, or not loaded): the caller fails open.
+    NoState,
+}
+
+/// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
+/// the calendar that holds the aggregate to the rate.
+#[inline(always)]
+pub fn schedule(
+    info: &PacketInfo,
+    config: &ShaperConfig,
+    wire: u64,
+    now: u64,
+    tcp_tstamp: u64,
+) -> Scheduled {
+    let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
+    // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
+    let epoch = match LEVELS.get(0) {
+        Some(l) => l.epoch + 1,
+        None => 1,
+    };
+    let host_key = key(info, mode.host_fields(), config);
+    let Some((host, _)) = entry(&HOSTS, &host_key) else {
+        return Scheduled::NoState;
+    };
+    // SAFETY: map values stay valid for the program's run.
+    let host = unsafe { &mut *host };
+    let flow_fp = flow_rate(&host_key, config);
+
+    let mut flow_key = key(info, mode.flow_fields(), config);
+    let flow = match FLOWS.get_ptr_mut(&flow_key) {
+        Some(f) => f,
+        None => {
+            if host.quota_epoch != epoch {
+                host.quota_epoch = epoch;
+                host.new_flows = 0;
+            }
+            host.new_flows += 1;
+            if config.flow_quota != 0 && host.new_flows > config.flow_quota as u64 {
+                // A flood of new flows from one host shares a few entries of its own instead
+                // of evicting other hosts' state.
+                flow_key.src_port = (flow_key.src_port ^ flow_key.dst_port) % OVERFLOW_BUCKETS;
+                flow_key.dst_port = 0;
+                flow_key._pad[0] = 1;
+            }
+            match entry(&FLOWS, &flow_key) {
+                Some((f, _)) => f,
+                None => return Scheduled::NoState,
+            }
+        }
+    };
+    // SAFETY: as above.
+    let flow = unsafe { &mut *flow };
+
+    let tx_flow = edt::tx_time_ns(wire, flow_fp);
+    // SAFETY: the clock lives in a map value valid for the run.
+    let (want, contended) = match unsafe {
+        clock::reserve(
+            &raw mut flow.clock_ns,
+            now,
+            tcp_tstamp,
+            tx_flow,
+            config.horizon_ns,
+        )
+    } {
+        Reserved::At(t) => (t, false),
+        Reserved::AtContended(t) => (t, true),
+        Reserved::BeyondHorizon => return Scheduled::BeyondHorizon,
+    };
+    let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
+    let booked = calendar::book(want, now, tx_rate, config.calendar_bin_ns);
+    let depart = booked.depart_ns;
+    if booked.delayed {
+        // Held back by the calendar: the flow's next packet queues behind this one.
+        unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
+    }
+
+    count(host, flow, wire, tx_flow, want > now);
+    if depart > host.latest_depart_ns {
+        host.latest_depart_ns = depart;
+    }
+    if depart - now > config.horizon_ns {
+        return Scheduled::BeyondHorizon;
+    }
+    Scheduled::At {
+        depart_ns: depart,
+        contended: contended || booked.contended,
+        calendar_delayed: booked.delayed,
+        unplaced_ns: booked.unplaced_ns,
+    }
+}
+
+/// The pace of a host's flows: the control plane's, or the newcomer's level.
+#[inline(always)]
+fn flow_rate(host_key: &FlowKey, config: &ShaperConfig) -> u64 {
+    if let Some(r) = unsafe { HOST_RATES.get(host_key) }
+        && r.flow_ns_per_byte_fp != 0
+    {
+        return r.flow_ns_per_byte_fp;
+    }
+    match LEVELS.get(0) {
+        Some(l) if l.new_host_ns_per_byte_fp != 0 => l.new_host_ns_per_byte_fp,
+        _ => config.ns_per_byte_fp,
+    }
+}
+
+/// Cumulative counters for the control plane (atomic: several CPUs update a host at once).
+#[inline(always)]
+fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, tx_flow: u64, waited: bool) {
+    unsafe {
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.bytes, wire);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.packets, 1);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.busy_ns, tx_flow);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.bytes, wire);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.packets, 1);
+    }
+    if waited {
+        unsafe {
+            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.waited_bytes, wire);
+            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.backlogged_busy_ns, tx_flow);
+        }
+    }
+}
+
+/// The key of `info` made of `want` fields (see `isolation::fields`); all-zero for none, so
+/// single-level modes share one pseudo-host.
+#[inline(always)]
+fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
+    let mut k = FlowKey::default();
+    if want == fields::NONE {
+        return k;
+    }
+    let v6 = info.l3_proto == ETH_P_IPV6;
+    k.family = if v6 { 6 } else { 4 };
+    if want & fields::SRC_HOST != 0 {
+        k.src = host_addr(&info.src_addr, v6, config);
+    } else if want & fields::SRC_ADDR != 0 {
+        k.src = info.src_addr;
+    }
+    if want & fields::DST_HOST != 0 {
+        k.dst = host_addr(&info.dst_addr, v6, config);
+    } else if want & fields::DST_ADDR != 0 {
+        k.dst = info.dst_addr;
+    }
+    if want & fields::TRANSPORT != 0 {
+        k.proto = info.ip_proto;
+        k.src_port = info.src_port;
+        k.dst_port = info.dst_port;
+    }
+    k
+}
+
+#[inline(always)]
+fn host_addr(addr: &[u32; 4], v6: bool, config: &ShaperConfig) -> [u32; 4] {
+    if v6 {
+        let m = &config.host_mask_v6;
+        [
+            addr[0] & m[0],
+            addr[1] & m[1],
+            addr[2] & m[2],
+            addr[3] & m[3],
+        ]
+    } else {
+        [addr[0] & config.host_mask_v4, 0, 0, 0]
+    }
+}
+
+/// The entry for `key`, created zeroed if missing; `true` when this call created it.
+#[inline(always)]
+fn entry<V: Default>(map: &LruHashMap<FlowKey, V>, key: &FlowKey) -> Option<(*mut V, bool)> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some((p, false));
+    }
+    let created = map.insert(key, &V::default(), BPF_NOEXIST as u64).is_ok();
+    map.get_ptr_mut(key).map(|p| (p, created))
+}

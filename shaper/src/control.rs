@@ -1,0 +1,284 @@
+//! The control loop: every interval, read what each host did, compute max-min fair levels and
+//! write them for the data path (docs/design.md, "Fairness").
+//!
+//! 100 ms is a few RTTs on the paths shaper targets and the order of CoDel's interval: short
+//! enough that a newcomer converges within two ticks, long enough that a tick's byte counts
+//! hold thousands of packets at 10 Mbit/s and up, so the rates it measures are not noise.
+
+use std::{collections::HashMap, time::Duration};
+
+use serde::Serialize;
+use shaper_common::{
+    datapath::{FlowKey, HostRate, HostState, Levels},
+    edt,
+    isolation::Isolation,
+};
+
+use crate::{
+    bpf::{BpfError, Datapath, monotonic_now_ns},
+    fairness::{Member, flow_level, triple_isolate_weights, water_level},
+};
+
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// Below this many backlogged flows (flow-time per interval) a host is limited elsewhere: a
+/// flow that waited on its clock for a tenth of the interval is a burst, not a bottleneck.
+const BACKLOGGED_MIN: f64 = 0.1;
+
+/// Ticks a host may stay idle before its levels are forgotten (it comes back as a newcomer).
+const FORGET_AFTER_IDLE_TICKS: u32 = 2;
+
+/// What one host did during the last interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostSample {
+    pub rate_bps: f64,
+    /// Rate of the packets that did not wait on their own flow clock.
+    pub unbacklogged_bps: f64,
+    /// Flows kept busy on average (flow-time over the interval; a flow using half its level
+    /// counts one half).
+    pub active_flows: f64,
+    /// The same for flows that were backlogged (waited on their own clock).
+    pub backlogged_flows: f64,
+    /// Relative weight (triple-isolate), 1 otherwise.
+    pub weight: f64,
+}
+
+/// The levels for one interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// (host allocation, flow level) per sampled host, bits per second.
+    pub hosts: Vec<(f64, f64)>,
+    /// The host level: what a bottlenecked host of weight 1 gets.
+    pub level_bps: f64,
+    /// What a host seen for the first time gets until the next interval.
+    pub new_host_bps: f64,
+}
+
+/// Max-min fair levels for `hosts` sharing `rate_bps`.
+pub fn plan(rate_bps: f64, hosts: &[HostSample]) -> Plan {
+    let capacity = rate_bps;
+    let members: Vec<Member> = hosts
+        .iter()
+        .map(|h| Member {
+            weight: h.weight,
+            demand_bps: (h.backlogged_flows < BACKLOGGED_MIN).then_some(h.rate_bps),
+        })
+        .collect();
+    let level = water_level(capacity, &members);
+    let mut with_newcomer = members.clone();
+    with_newcomer.push(Member {
+        weight: 1.0,
+        demand_bps: None,
+    });
+    let new_host_bps = water_level(capacity, &with_newcomer).min(rate_bps);
+    let hosts = hosts
+        .iter()
+        .map(|h| {
+            let allocation = (level * h.weight).min(capacity);
+            let flows = flow_level(
+                allocation,
+                h.unbacklogged_bps,
+                h.backlogged_flows,
+                h.active_flows,
+            );
+            (allocation, flows)
+        })
+        .collect();
+    Plan {
+        hosts,
+        level_bps: level,
+        new_host_bps,
+    }
+}
+
+/// Summary of the last tick, for `shaper stats` and logs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TickSummary {
+    pub epoch: u64,
+    pub active_hosts: usize,
+    pub bottlenecked_hosts: usize,
+    pub level_bps: u64,
+    pub new_host_bps: u64,
+}
+
+struct Seen {
+    counters: HostState,
+    idle_ticks: u32,
+}
+
+pub struct Controller {
+    rate_bps: u64,
+    isolation: Isolation,
+    epoch: u64,
+    last_ns: u64,
+    seen: HashMap<FlowKey, Seen>,
+}
+
+impl Controller {
+    pub fn new(rate_bps: u64, isolation: Isolation) -> Self {
+        Self {
+            rate_bps,
+            isolation,
+            epoch: 0,
+            last_ns: monotonic_now_ns(),
+            seen: HashMap::new(),
+        }
+    }
+
+    pub fn tick(&mut self, dp: &mut Datapath) -> Result<TickSummary, BpfError> {
+        let now = monotonic_now_ns();
+        let dt_s = now.saturating_sub(self.last_ns) as f64 / 1e9;
+        if dt_s < 0.01 {
+            return Ok(TickSummary::default());
+        }
+        self.last_ns = now;
+        self.epoch += 1;
+
+        let mut active: Vec<(FlowKey, HostSample)> = Vec::new();
+        for (key, state) in dp.hosts()? {
+            let previous = self.seen.get(&key).map(|s| s.counters);
+            // An entry evicted and created again starts its counters from zero.
+            let prev = previous
+                .filter(|p| p.bytes <= state.bytes)
+                .unwrap_or_default();
+            let bytes = state.bytes - prev.bytes;
+            let seen = self.seen.entry(key).or_insert(Seen {
+                counters: state,
+                idle_ticks: 0,
+            });
+            seen.counters = state;
+            if bytes == 0 {
+                seen.idle_ticks += 1;
+                continue;
+            }
+            seen.idle_ticks = 0;
+            let waited = state.waited_bytes.saturating_sub(prev.waited_bytes);
+            active.push((
+                key,
+                HostSample {
+                    rate_bps: bytes as f64 * 8.0 / dt_s,
+                    unbacklogged_bps: bytes.saturating_sub(waited) as f64 * 8.0 / dt_s,
+                    active_flows: state.busy_ns.saturating_sub(prev.busy_ns) as f64 / 1e9 / dt_s,
+                    backlogged_flows: state
+                        .backlogged_busy_ns
+                        .saturating_sub(prev.backlogged_busy_ns)
+                        as f64
+                        / 1e9
+                        / dt_s,
+                    weight: 1.0,
+                },
+            ));
+        }
+        if self.isolation == Isolation::TripleIsolate {
+            apply_triple_isolate_weights(&mut active);
+        }
+        let samples: Vec<HostSample> = active.iter().map(|(_, s)| *s).collect();
+        let plan = plan(self.rate_bps as f64, &samples);
+
+        for ((key, _), (_, flow_bps)) in active.iter().zip(&plan.hosts) {
+            dp.set_host_rate(
+                key,
+                &HostRate {
+                    flow_ns_per_byte_fp: edt::ns_per_byte_fp(*flow_bps as u64),
+                },
+            )?;
+        }
+        let forgotten: Vec<FlowKey> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.idle_ticks >= FORGET_AFTER_IDLE_TICKS)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in forgotten {
+            dp.remove_host_rate(&key)?;
+            self.seen.remove(&key);
+        }
+        dp.set_levels(&Levels {
+            epoch: self.epoch,
+            new_host_ns_per_byte_fp: edt::ns_per_byte_fp(plan.new_host_bps as u64),
+        })?;
+        Ok(TickSummary {
+            epoch: self.epoch,
+            active_hosts: samples.len(),
+            bottlenecked_hosts: samples
+                .iter()
+                .filter(|s| s.backlogged_flows >= BACKLOGGED_MIN)
+                .count(),
+            level_bps: plan.level_bps as u64,
+            new_host_bps: plan.new_host_bps as u64,
+        })
+    }
+}
+
+/// Weights each active (source, destination) pair so that sources and destinations are fair
+/// (see `fairness::triple_isolate_weights`), scaled to a mean of 1.
+fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
+    let mut ids: HashMap<([u32; 4], u8, bool), usize> = HashMap::new();
+    let mut id = |addr: [u32; 4], family: u8, dst: bool| {
+        let next = ids.len();
+        *ids.entry((addr, family, dst)).or_insert(next)
+    };
+    let pairs: Vec<(usize, usize)> = active
+        .iter()
+        .map(|(k, _)| (id(k.src, k.family, false), id(k.dst, k.family, true)))
+        .collect();
+    let weights = triple_isolate_weights(&pairs);
+    let n = active.len() as f64;
+    for ((_, sample), w) in active.iter_mut().zip(weights) {
+        sample.weight = w * n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(flows: f64) -> HostSample {
+        HostSample {
+            rate_bps: 50e6,
+            unbacklogged_bps: 0.0,
+            active_flows: flows,
+            backlogged_flows: flows,
+            weight: 1.0,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn the_seed_scenario_splits_by_host_then_flow() {
+        // Client A with 1 connection, client B with 10, 100 Mbit/s: 50/50 by host, B's flows 5 each.
+        let p = plan(100e6, &[bulk(1.0), bulk(10.0)]);
+        assert!(
+            close(p.hosts[0].0, 50e6) && close(p.hosts[1].0, 50e6),
+            "{p:?}"
+        );
+        assert!(
+            close(p.hosts[0].1, 50e6) && close(p.hosts[1].1, 5e6),
+            "{p:?}"
+        );
+        // A third host would get a third at once.
+        assert!(close(p.new_host_bps, 100e6 / 3.0), "{p:?}");
+    }
+
+    #[test]
+    fn a_host_limited_elsewhere_keeps_its_rate_and_the_rest_is_shared() {
+        let slow = HostSample {
+            rate_bps: 10e6,
+            unbacklogged_bps: 10e6,
+            active_flows: 0.2,
+            backlogged_flows: 0.0,
+            weight: 1.0,
+        };
+        let p = plan(100e6, &[slow, bulk(2.0), bulk(4.0)]);
+        assert!(close(p.level_bps, 45e6), "{p:?}");
+        assert!(
+            close(p.hosts[1].1, 22.5e6) && close(p.hosts[2].1, 11.25e6),
+            "{p:?}"
+        );
+        // The slow host may still grow to the level at once.
+        assert!(close(p.hosts[0].0, 45e6), "{p:?}");
+    }
+}

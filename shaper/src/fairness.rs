@@ -1,0 +1,219 @@
+//! Max-min fair levels: the arithmetic of the control loop (pure functions).
+//!
+//! The data path advances every clock of a group at one *level* (see docs/design.md): members
+//! limited elsewhere use less than the level, bottlenecked members get exactly it. The control
+//! loop measures demands and computes the levels here.
+
+/// One member of a group (a host among hosts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Member {
+    /// Relative weight (1.0 for plain fairness; the triple-isolate pair weights otherwise).
+    pub weight: f64,
+    /// What it used when it was not held back by its clock: `None` when it was bottlenecked
+    /// here (it would use more), `Some(bps)` when it was limited elsewhere.
+    pub demand_bps: Option<f64>,
+}
+
+/// The max-min fair level of `members` sharing `capacity_bps`: the largest `level` with
+/// `Σ min(demand, level·weight) ≤ capacity`. When every member is limited elsewhere there is
+/// capacity to spare and the level is the whole capacity: any member may grow into it (the
+/// guard clock absorbs a simultaneous surge until the next interval).
+pub fn water_level(capacity_bps: f64, members: &[Member]) -> f64 {
+    let capacity = capacity_bps.max(0.0);
+    let mut limited: Vec<(f64, f64)> = members
+        .iter()
+        .filter(|m| m.weight > 0.0)
+        .filter_map(|m| m.demand_bps.map(|d| (d.max(0.0), m.weight)))
+        .collect();
+    limited.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+    let mut remaining = capacity;
+    let mut weight: f64 = members.iter().map(|m| m.weight.max(0.0)).sum();
+    for (demand, w) in limited {
+        if weight <= 0.0 || demand / w >= remaining / weight {
+            break;
+        }
+        remaining -= demand;
+        weight -= w;
+    }
+    if weight <= f64::EPSILON {
+        capacity
+    } else {
+        (remaining / weight).max(0.0)
+    }
+}
+
+/// The level of the flows of one host: its allocation minus what its unbacklogged (limited)
+/// flows used, split between the backlogged ones (counts are flow-time averages, so
+/// fractional). Never below an equal split of the allocation between all its active flows
+/// (measurement noise must not starve anyone), never above the allocation.
+pub fn flow_level(allocation_bps: f64, unbacklogged_bps: f64, backlogged: f64, active: f64) -> f64 {
+    let allocation = allocation_bps.max(0.0);
+    if backlogged < 1.0 {
+        // Less than one flow kept busy: any single flow may use the whole allocation.
+        return allocation;
+    }
+    // Flow-time counts run a little above the truth while a backlog builds (packets are
+    // counted when stamped, ahead of their departure): round before dividing, so that one flow
+    // measured as 1.02 still gets the whole allocation. Overestimating a level by a fraction of
+    // a flow is safe, the calendar holds the aggregate to the rate.
+    let floor = allocation / active.max(backlogged).round().max(1.0);
+    ((allocation - unbacklogged_bps.max(0.0)) / backlogged).clamp(floor, allocation)
+}
+
+/// Weights for `triple-isolate`: one per active (source, destination) pair such that every
+/// source host gets an equal share and every destination host gets an equal share, as far as
+/// the pairs that exist allow. Found by alternately scaling rows and columns (Sinkhorn);
+/// with one source this is `dual-dsthost`, with one destination `dual-srchost`. Weights sum to 1.
+pub fn triple_isolate_weights(pairs: &[(usize, usize)]) -> Vec<f64> {
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    let sources = pairs.iter().map(|p| p.0).max().unwrap_or(0) + 1;
+    let dests = pairs.iter().map(|p| p.1).max().unwrap_or(0) + 1;
+    let n_src = count_distinct(pairs.iter().map(|p| p.0), sources) as f64;
+    let n_dst = count_distinct(pairs.iter().map(|p| p.1), dests) as f64;
+    let mut w = vec![1.0 / pairs.len() as f64; pairs.len()];
+    for _ in 0..50 {
+        scale(&mut w, pairs, sources, |p| p.0, 1.0 / n_src);
+        scale(&mut w, pairs, dests, |p| p.1, 1.0 / n_dst);
+    }
+    let total: f64 = w.iter().sum();
+    w.iter().map(|x| x / total).collect()
+}
+
+fn count_distinct(ids: impl Iterator<Item = usize>, n: usize) -> usize {
+    let mut seen = vec![false; n];
+    ids.for_each(|i| seen[i] = true);
+    seen.iter().filter(|s| **s).count()
+}
+
+/// Scales weights so that the sum over each group (`group(pair)`) is `target`.
+fn scale(
+    w: &mut [f64],
+    pairs: &[(usize, usize)],
+    groups: usize,
+    group: impl Fn(&(usize, usize)) -> usize,
+    target: f64,
+) {
+    let mut sums = vec![0.0; groups];
+    for (x, p) in w.iter().zip(pairs) {
+        sums[group(p)] += x;
+    }
+    for (x, p) in w.iter_mut().zip(pairs) {
+        let s = sums[group(p)];
+        if s > 0.0 {
+            *x *= target / s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bottlenecked(weight: f64) -> Member {
+        Member {
+            weight,
+            demand_bps: None,
+        }
+    }
+
+    fn limited(bps: f64) -> Member {
+        Member {
+            weight: 1.0,
+            demand_bps: Some(bps),
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn equal_split_between_bottlenecked_members() {
+        let level = water_level(100e6, &[bottlenecked(1.0), bottlenecked(1.0)]);
+        assert!(close(level, 50e6), "{level}");
+    }
+
+    #[test]
+    fn limited_members_keep_what_they_use_and_the_rest_is_shared() {
+        // A slow sender at 10 Mbit/s and two bulk hosts on 100 Mbit/s: 10 / 45 / 45.
+        let level = water_level(
+            100e6,
+            &[limited(10e6), bottlenecked(1.0), bottlenecked(1.0)],
+        );
+        assert!(close(level, 45e6), "{level}");
+        // A "limited" member using more than the fair level is in fact bottlenecked-like: the
+        // level is what a fair split gives (it is capped at it by its clock).
+        let level = water_level(90e6, &[limited(80e6), bottlenecked(1.0), bottlenecked(1.0)]);
+        assert!(close(level, 30e6), "{level}");
+    }
+
+    #[test]
+    fn all_limited_leaves_the_whole_capacity_as_level() {
+        assert!(close(
+            water_level(100e6, &[limited(1e6), limited(2e6)]),
+            100e6
+        ));
+        assert!(close(water_level(100e6, &[]), 100e6));
+    }
+
+    #[test]
+    fn weights_scale_the_level() {
+        let level = water_level(90e6, &[bottlenecked(2.0), bottlenecked(1.0)]);
+        assert!(close(level, 30e6), "{level}");
+    }
+
+    #[test]
+    fn flow_level_splits_what_the_limited_flows_leave() {
+        // 50 Mbit/s host, one DNS-like flow at 1 Mbit/s, 7 bulk flows: 7 Mbit/s each.
+        // (The limited flow is busy a seventh of the time at the 7 Mbit/s level: the rounded
+        // floor gives the bulk flows 50/7, a fraction of a flow more than exact.)
+        let level = flow_level(50e6, 1e6, 7.0, 7.0 + 1.0 / 7.0);
+        assert!((7e6..=50e6 / 7.0).contains(&level), "{level}");
+        // 9 Mbit/s of limited flows (busy 9/10.25 of the time) and 4 bulk flows.
+        assert!(close(
+            flow_level(50e6, 9e6, 4.0, 4.0 + 9.0 / 10.25),
+            10.25e6
+        ));
+        // No backlogged flow: any flow may use the whole allocation.
+        assert!(close(flow_level(50e6, 3e6, 0.0, 0.4), 50e6));
+        // Noise (limited flows measured above the allocation) never starves the bulk flows.
+        assert!(close(flow_level(50e6, 80e6, 2.0, 4.0), 12.5e6));
+        // One flow measured slightly above one still gets the whole allocation.
+        assert!(close(flow_level(50e6, 0.5e6, 1.02, 1.03), 50e6));
+    }
+
+    #[test]
+    fn triple_isolate_with_one_source_is_dual_dsthost() {
+        let w = triple_isolate_weights(&[(0, 0), (0, 1)]);
+        assert!(close(w[0], 0.5) && close(w[1], 0.5), "{w:?}");
+    }
+
+    #[test]
+    fn triple_isolate_with_one_destination_is_dual_srchost() {
+        let w = triple_isolate_weights(&[(0, 0), (1, 0), (2, 0)]);
+        assert!(w.iter().all(|x| close(*x, 1.0 / 3.0)), "{w:?}");
+    }
+
+    #[test]
+    fn triple_isolate_balances_sources_and_destinations() {
+        // Source 0 talks to destinations 0..3, source 1 to destinations 0 and 1: sources get
+        // half each; destinations 2 and 3 are reached by source 0 only.
+        let pairs = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)];
+        let w = triple_isolate_weights(&pairs);
+        let src0: f64 = w[..4].iter().sum();
+        let src1: f64 = w[4..].iter().sum();
+        assert!((src0 - src1).abs() < 0.02, "{w:?}");
+        let dst = |d: usize| -> f64 {
+            pairs
+                .iter()
+                .zip(&w)
+                .filter(|(p, _)| p.1 == d)
+                .map(|(_, x)| x)
+                .sum()
+        };
+        assert!((dst(0) - dst(2)).abs() < 0.02, "{w:?}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+}

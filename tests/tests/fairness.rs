@@ -1,0 +1,215 @@
+//! Fair scheduling in the running kernel (BPF_PROG_TEST_RUN): flow clocks at their host's flow
+//! level, host and global guards, newcomer levels, activity counters, the new-flow quota.
+//! The control plane is played by the test, which writes the levels by hand.
+
+use shaper::bpf::monotonic_now_ns;
+use shaper_common::{
+    datapath::{FlowKey, HostRate, Levels, ShaperConfig},
+    edt::{ns_per_byte_fp, tx_time_ns},
+    isolation::Isolation,
+};
+use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext};
+
+const SECOND: u64 = 1_000_000_000;
+const RATE: u64 = 10_000_000;
+const FRAME: usize = 1514;
+
+const SERVER: [u8; 4] = [10, 0, 0, 1];
+const CLIENT_A: [u8; 4] = [10, 0, 1, 1];
+const CLIENT_B: [u8; 4] = [10, 0, 2, 1];
+
+fn harness(mode: Isolation) -> Harness {
+    Harness::new(ShaperConfig {
+        isolation: mode as u32,
+        host_mask_v4: u32::MAX,
+        host_mask_v6: [u32::MAX, u32::MAX, 0, 0],
+        ..config(RATE, 10 * SECOND)
+    })
+}
+
+fn send(h: &mut Harness, dst: [u8; 4], port: u16) -> u64 {
+    let out = h.run(
+        &packet::tcp4_flow(SERVER, dst, port, 5201, FRAME),
+        &SkbContext::default(),
+    );
+    assert_eq!(out.verdict, PASS);
+    assert_ne!(out.ctx.tstamp(), 0);
+    out.ctx.tstamp()
+}
+
+fn host_key(dst: [u8; 4]) -> FlowKey {
+    FlowKey {
+        dst: [u32::from_ne_bytes(dst), 0, 0, 0],
+        family: 4,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn flows_mode_interleaves_flows_at_the_flow_level() {
+    let mut h = harness(Isolation::Flows);
+    // The control plane's verdict: two bottlenecked flows, 5 Mbit/s each.
+    h.datapath
+        .set_host_rate(
+            &FlowKey::default(),
+            &HostRate {
+                flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 2),
+            },
+        )
+        .unwrap();
+    let half = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE / 2));
+    // Flow 1 sends a burst of 4 first; flow 2's packets still interleave with it.
+    let a: Vec<u64> = (0..4).map(|_| send(&mut h, CLIENT_A, 1)).collect();
+    let b: Vec<u64> = (0..4).map(|_| send(&mut h, CLIENT_A, 2)).collect();
+    // Each flow is paced at its level: never faster; slower only when the calendar (whose
+    // bins are the unit of its accounting) had to push a packet into the next bin.
+    let bin = config(RATE, SECOND).calendar_bin_ns;
+    for w in a.windows(2).chain(b.windows(2)) {
+        assert!(
+            w[1] - w[0] >= half && w[1] - w[0] <= half + bin,
+            "flow spacing {} ns, level spacing {half} ns",
+            w[1] - w[0]
+        );
+    }
+    assert!(
+        b[0] < a[1],
+        "flow 2's first packet does not wait behind flow 1's burst: a={a:?} b={b:?}"
+    );
+}
+
+#[test]
+fn flowblind_is_one_fifo_at_the_rate() {
+    let mut h = harness(Isolation::FlowBlind);
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let t: Vec<u64> = (0..3)
+        .map(|i| send(&mut h, if i % 2 == 0 { CLIENT_A } else { CLIENT_B }, i))
+        .collect();
+    assert_eq!(t[1] - t[0], full);
+    assert_eq!(t[2] - t[1], full);
+}
+
+#[test]
+fn dual_dsthost_paces_hosts_and_their_flows() {
+    let mut h = harness(Isolation::DualDstHost);
+    let half = ns_per_byte_fp(RATE / 2);
+    for dst in [CLIENT_A, CLIENT_B] {
+        h.datapath
+            .set_host_rate(
+                &host_key(dst),
+                &HostRate {
+                    // A has one flow, B ten: B's flows get a tenth of its half.
+                    flow_ns_per_byte_fp: if dst == CLIENT_A {
+                        half
+                    } else {
+                        ns_per_byte_fp(RATE / 20)
+                    },
+                },
+            )
+            .unwrap();
+    }
+    let a: Vec<u64> = (0..3).map(|_| send(&mut h, CLIENT_A, 1)).collect();
+    let b: Vec<u64> = (0..3).map(|_| send(&mut h, CLIENT_B, 7)).collect();
+    let bin = config(RATE, SECOND).calendar_bin_ns;
+    let spacing_a = tx_time_ns(FRAME as u64, half);
+    let spacing_b = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE / 20));
+    assert!(a[1] - a[0] >= spacing_a && a[1] - a[0] <= spacing_a + bin);
+    assert!(b[1] - b[0] >= spacing_b && b[1] - b[0] <= spacing_b + bin);
+    assert!(b[0] < a[1], "host B does not wait behind host A");
+    let hosts = h.datapath.hosts().unwrap();
+    assert_eq!(hosts.len(), 2, "one entry per destination host");
+    let b_state = hosts
+        .iter()
+        .find(|(k, _)| *k == host_key(CLIENT_B))
+        .unwrap()
+        .1;
+    assert_eq!(b_state.packets, 3);
+    assert_eq!(b_state.bytes, 3 * FRAME as u64);
+    // Flow-time: three frames at B's flow level, two of them after waiting on the clock.
+    assert_eq!(b_state.busy_ns, 3 * spacing_b);
+    assert_eq!(b_state.backlogged_busy_ns, 2 * spacing_b);
+    assert_eq!(b_state.waited_bytes, 2 * FRAME as u64);
+}
+
+#[test]
+fn a_new_host_starts_at_the_newcomer_level() {
+    let mut h = harness(Isolation::DualDstHost);
+    let third = ns_per_byte_fp(RATE / 3);
+    h.datapath
+        .set_levels(&Levels {
+            epoch: 7,
+            new_host_ns_per_byte_fp: third,
+        })
+        .unwrap();
+    let t: Vec<u64> = (0..2).map(|_| send(&mut h, CLIENT_A, 1)).collect();
+    let bin = config(RATE, SECOND).calendar_bin_ns;
+    let spacing = tx_time_ns(FRAME as u64, third);
+    assert!(t[1] - t[0] >= spacing && t[1] - t[0] <= spacing + bin);
+    // Once the control plane has written the host's level, that one applies.
+    h.datapath
+        .set_host_rate(
+            &host_key(CLIENT_A),
+            &HostRate {
+                flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 10),
+            },
+        )
+        .unwrap();
+    let t2 = send(&mut h, CLIENT_A, 1);
+    let t3 = send(&mut h, CLIENT_A, 1);
+    let spacing = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE / 10));
+    assert!(t3 - t2 >= spacing && t3 - t2 <= spacing + bin);
+}
+
+#[test]
+fn the_calendar_holds_overbooked_levels_to_the_rate() {
+    let mut h = harness(Isolation::Flows);
+    // Provisional levels overbook the link fourfold: four flows at the full rate each.
+    h.datapath
+        .set_host_rate(
+            &FlowKey::default(),
+            &HostRate {
+                flow_ns_per_byte_fp: ns_per_byte_fp(RATE),
+            },
+        )
+        .unwrap();
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let bin = config(RATE, SECOND).calendar_bin_ns;
+    let start = monotonic_now_ns();
+    let departures: Vec<u64> = (0..40).map(|i| send(&mut h, CLIENT_A, i % 4)).collect();
+    let last = *departures.iter().max().unwrap();
+    // 40 frames at the rate take 39 frame times after the first; the flows alone would
+    // release them in 10. The calendar's accounting is exact to one bin.
+    assert!(
+        last - start + bin >= 39 * full,
+        "the aggregate left faster than the rate: last departure {} ns after start, {} per frame",
+        last - start,
+        full
+    );
+    assert!(h.view().stats.calendar_delayed > 0);
+}
+
+#[test]
+fn a_new_flow_flood_from_one_host_shares_its_overflow_buckets() {
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::DualDstHost as u32,
+        host_mask_v4: u32::MAX,
+        flow_quota: 8,
+        ..config(RATE * 1000, 10 * SECOND)
+    });
+    for port in 0..200 {
+        send(&mut h, CLIENT_A, 1000 + port);
+    }
+    let flows = h.datapath.flows(10_000).unwrap();
+    assert!(
+        flows.len() <= 8 + 16,
+        "quota 8 + 16 overflow buckets, got {} entries",
+        flows.len()
+    );
+    // Another host is unaffected: its flows get entries of their own.
+    send(&mut h, CLIENT_B, 1);
+    let flows = h.datapath.flows(10_000).unwrap();
+    assert!(
+        flows
+            .iter()
+            .any(|(k, _)| k.dst[0] == u32::from_ne_bytes(CLIENT_B))
+    );
+}
