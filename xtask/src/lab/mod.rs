@@ -230,6 +230,8 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     spec.out_dir = Some(raw.clone());
     // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
     spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
+    // The tree as it is when the VM starts is what is measured.
+    let git_commit = git_commit(&root);
     let load_before = host_load();
     let sampler = hostload::start();
     let code = vm::run(&spec);
@@ -239,11 +241,15 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     if code != 0 {
         eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
     }
+    ensure!(
+        raw.join("lab").is_dir(),
+        "the VM brought no results back (nothing under {}): its results disk did not work",
+        raw.display()
+    );
 
     let kernel = std::fs::read_to_string(raw.join("lab/kernel"))
         .map(|k| k.trim().to_string())
         .unwrap_or_else(|_| o.kernel.to_string());
-    let git_commit = git_commit(&root);
     let mut all = Vec::new();
     for (s, c) in &work {
         for rep in 1..=s.repetitions {
