@@ -77,6 +77,8 @@ pub struct Contents<'a> {
     pub command: &'a [String],
     /// Environment for the command.
     pub env: &'a [(String, String)],
+    /// Whether a results disk is attached (`--out`): the command's `$SHAPER_OUT` goes onto it.
+    pub results_disk: bool,
 }
 
 pub fn build(c: &Contents, out: &Path) -> Result<()> {
@@ -306,13 +308,20 @@ export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}
 {command} </dev/null
 rc=$?
 sync
-if [ -b /dev/vda ]; then tar -cf /dev/vda -C {OUT_DIR} .; else echo "shaper-vm: no results disk (/dev/vda)"; fi
+{save}
 echo
 echo "{EXIT_MARKER}$rc@@"
 poweroff -f
 "#,
         kernel = c.kernel.kernel,
         command = command.join(" "),
+        save = if c.results_disk {
+            format!(
+                "if [ -b /dev/vda ]; then tar -cf /dev/vda -C {OUT_DIR} .; else echo \"shaper-vm: no results disk (/dev/vda)\"; fi"
+            )
+        } else {
+            String::new()
+        },
     )
 }
 

@@ -128,6 +128,7 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
             files: &files,
             command: &command,
             env: &spec.env,
+            results_disk: spec.out_dir.is_some(),
         },
         &cpio,
     )?;
