@@ -35,6 +35,16 @@ pub struct ShaperConfig {
 pub const CALENDAR_BINS: u32 = 4096;
 pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
 
+/// The longest gap a flow's clock catches up (see `edt::reserve`): a TCP Small Queues
+/// completion or a scheduling delay, not an idle period.
+pub const FLOW_CREDIT_NS: u64 = 2_000_000;
+
+/// How far ahead of its allocation, in calendar bins, a host may book before its guard clock
+/// holds its packets back: room for its flows' own queues, so that the guard only bites when the
+/// flow levels overbook the host (a new flow, a level not yet lowered), and a sparse flow of a
+/// host within its allocation never waits behind the host's bulk flows.
+pub const HOST_SLACK_BINS: u64 = 4;
+
 /// The calendar's bin width for a rate and horizon: at least 1 ms, wide enough that a 64 KiB
 /// GSO packet fits in half the bins one packet may book, and so that the ring spans the horizon
 /// (every departure the data path admits is booked, so the aggregate never exceeds the rate by
@@ -75,14 +85,16 @@ pub struct FlowKey {
 pub struct HostState {
     pub bytes: u64,
     pub packets: u64,
-    /// Wire bytes of packets that waited on their own flow clock (backlogged flows).
+    /// Wire bytes of packets that waited on their flow clock or the calendar (backlogged flows).
     pub waited_bytes: u64,
-    /// Flow-time: the sum over its packets of their transmission time at their flow's level.
-    /// Over an interval, its growth divided by the interval is the number of flows kept busy
-    /// (a flow limited elsewhere counts as the fraction of the level it uses), whatever the
-    /// packet sizes: one 64 KB GSO packet every 100 ms counts as much as its 45 frames.
+    /// Flow-time: the sum over its packets of how far each moved its flow's clock (transmission
+    /// time at the flow's level, plus any push by the calendar). Over an interval, its growth
+    /// divided by the interval is the number of flows kept busy (a flow limited elsewhere counts
+    /// as the fraction of the level it uses), whatever the packet sizes (one 64 KB GSO packet
+    /// every 100 ms counts as much as its 45 frames) and whether the level or the aggregate
+    /// held the flow back.
     pub busy_ns: u64,
-    /// The same for packets that waited on their own flow clock: backlogged flows.
+    /// The same for packets that waited (on their flow clock or the calendar): backlogged flows.
     pub backlogged_busy_ns: u64,
     /// Epoch of `new_flows` (new-flow quota window).
     pub quota_epoch: u64,
@@ -90,6 +102,11 @@ pub struct HostState {
     pub new_flows: u64,
     /// Latest departure scheduled for one of its flows (its queue: this minus now).
     pub latest_depart_ns: u64,
+    /// The host's guard clock: when its allocation has carried everything it booked so far.
+    pub clock_ns: u64,
+    /// Flows seen, counted once per control epoch each: an upper bound for the flow-time
+    /// counts, which a flow whose clock was pushed far ahead inflates in the tick it is pushed.
+    pub flows_seen: u64,
 }
 
 /// A flow's state, written only by the data path (LRU hash).
@@ -100,6 +117,8 @@ pub struct FlowState {
     pub clock_ns: u64,
     pub bytes: u64,
     pub packets: u64,
+    /// Control epoch (offset by one) in which the flow was last counted in `flows_seen`.
+    pub epoch: u64,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -108,6 +127,8 @@ pub struct FlowState {
 pub struct HostRate {
     /// ns per wire byte (fixed point) at the level of the host's flows: their clocks' pace.
     pub flow_ns_per_byte_fp: u64,
+    /// ns per wire byte (fixed point) at the host's allocation: its guard clock's pace.
+    pub host_ns_per_byte_fp: u64,
 }
 
 /// Global values of the control loop (array, one entry), written by the control plane.
@@ -230,9 +251,9 @@ pub mod program_names {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
-    assert!(core::mem::size_of::<HostState>() == 64);
-    assert!(core::mem::size_of::<FlowState>() == 24);
-    assert!(core::mem::size_of::<HostRate>() == 8);
+    assert!(core::mem::size_of::<HostState>() == 80);
+    assert!(core::mem::size_of::<FlowState>() == 32);
+    assert!(core::mem::size_of::<HostRate>() == 16);
     assert!(core::mem::size_of::<Levels>() == 16);
     assert!(core::mem::size_of::<ShaperConfig>() == 72);
     assert!(

@@ -87,6 +87,13 @@ pub struct Reservation {
 /// `not_before_ns` is the packet's own earliest departure when it already has one (TCP's
 /// internal pacing stamps `skb->tstamp`); it is honoured only when it lies within `horizon_ns` of
 /// `now_ns`, because a forwarded packet may carry a receive timestamp of another clock base.
+///
+/// `credit_ns` is the longest gap a clock may catch up: a clock behind `now` by at most that
+/// keeps its value, so a flow whose next packet comes a little late (a TCP Small Queues
+/// completion, a scheduling hiccup) does not lose that time for good. With flows paced at
+/// exactly their fair shares, those small losses add up to a link that is never full. A clock
+/// further behind restarts at `now`: an idle or new flow gets no burst.
+///
 /// Returns `None` when the departure would be more than `horizon_ns` in the future: the caller
 /// drops the packet and the clock is not advanced.
 #[inline(always)]
@@ -96,17 +103,25 @@ pub fn reserve(
     not_before_ns: u64,
     tx_ns: u64,
     horizon_ns: u64,
+    credit_ns: u64,
 ) -> Option<Reservation> {
-    let mut depart = if clock_ns > now_ns { clock_ns } else { now_ns };
-    if not_before_ns > depart && not_before_ns - now_ns <= horizon_ns {
-        depart = not_before_ns;
+    // A short gap is caught up; after a longer one (an idle or new flow) the clock restarts at
+    // now, so nobody gets a burst for having been quiet.
+    let mut start = if clock_ns.saturating_add(credit_ns) >= now_ns {
+        clock_ns
+    } else {
+        now_ns
+    };
+    if not_before_ns > start && not_before_ns - now_ns <= horizon_ns {
+        start = not_before_ns;
     }
+    let depart = if start > now_ns { start } else { now_ns };
     if depart - now_ns > horizon_ns {
         return None;
     }
     Some(Reservation {
         depart_ns: depart,
-        clock_ns: depart + tx_ns,
+        clock_ns: start + tx_ns,
     })
 }
 
@@ -175,7 +190,7 @@ mod tests {
     #[test]
     fn back_to_back_packets_are_spaced_by_their_tx_time() {
         let horizon = 1_000_000_000;
-        let first = reserve(0, 1_000, 0, 500, horizon).unwrap();
+        let first = reserve(0, 1_000, 0, 500, horizon, 0).unwrap();
         assert_eq!(
             first,
             Reservation {
@@ -183,7 +198,7 @@ mod tests {
                 clock_ns: 1_500
             }
         );
-        let second = reserve(first.clock_ns, 1_010, 0, 500, horizon).unwrap();
+        let second = reserve(first.clock_ns, 1_010, 0, 500, horizon, 0).unwrap();
         assert_eq!(
             second,
             Reservation {
@@ -195,23 +210,41 @@ mod tests {
 
     #[test]
     fn idle_clock_restarts_at_now_without_burst_credit() {
-        let r = reserve(100, 1_000_000, 0, 500, 1_000_000_000).unwrap();
+        let r = reserve(100, 1_000_000, 0, 500, 1_000_000_000, 0).unwrap();
         assert_eq!(r.depart_ns, 1_000_000);
         assert_eq!(r.clock_ns, 1_000_500);
     }
 
     #[test]
+    fn credit_catches_up_a_short_gap_and_no_more() {
+        // The clock stood at 900 µs when the packet came at 1 ms: with 300 µs of credit the
+        // missed 100 µs are kept (the next packet may follow at once).
+        let r = reserve(900_000, 1_000_000, 0, 50_000, 1_000_000_000, 300_000).unwrap();
+        assert_eq!(r.depart_ns, 1_000_000);
+        assert_eq!(r.clock_ns, 950_000);
+        // After a longer gap the clock restarts at now: no burst for an idle or new flow.
+        let r = reserve(100, 1_000_000, 0, 50_000, 1_000_000_000, 300_000).unwrap();
+        assert_eq!(r.depart_ns, 1_000_000);
+        assert_eq!(r.clock_ns, 1_050_000);
+        let r = reserve(0, 1_000_000, 0, 50_000, 1_000_000_000, 300_000).unwrap();
+        assert_eq!(r.clock_ns, 1_050_000);
+        // A clock ahead of now is not affected.
+        let r = reserve(1_200_000, 1_000_000, 0, 50_000, 1_000_000_000, 300_000).unwrap();
+        assert_eq!((r.depart_ns, r.clock_ns), (1_200_000, 1_250_000));
+    }
+
+    #[test]
     fn packet_pacing_is_honoured_within_the_horizon_only() {
-        let r = reserve(0, 1_000, 5_000, 100, 10_000).unwrap();
+        let r = reserve(0, 1_000, 5_000, 100, 10_000, 0).unwrap();
         assert_eq!(r.depart_ns, 5_000);
         // A timestamp from another clock base (far future) is ignored, not a reason to drop.
-        let r = reserve(0, 1_000, u64::MAX / 2, 100, 10_000).unwrap();
+        let r = reserve(0, 1_000, u64::MAX / 2, 100, 10_000, 0).unwrap();
         assert_eq!(r.depart_ns, 1_000);
     }
 
     #[test]
     fn beyond_the_horizon_is_refused() {
-        assert_eq!(reserve(20_001, 10_000, 0, 100, 10_000), None);
-        assert!(reserve(20_000, 10_000, 0, 100, 10_000).is_some());
+        assert_eq!(reserve(20_001, 10_000, 0, 100, 10_000, 0), None);
+        assert!(reserve(20_000, 10_000, 0, 100, 10_000, 0).is_some());
     }
 }

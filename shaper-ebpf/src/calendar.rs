@@ -24,6 +24,8 @@ static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
 const LAP_MASK: u64 = (1 << 24) - 1;
+/// Slack of a bin over its width, as a shift: 1/16 (6.25 %).
+const SLACK_SHIFT: u32 = 4;
 
 pub struct Booked {
     /// Earliest departure the calendar allows.
@@ -49,6 +51,11 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
     }
+    // A bin holds a little more than its width: levels that add up to the rate fill the bins
+    // only on average, and without slack every bin that a flow's phase overfills pushes packets
+    // (and their flows' clocks) while the bins it underfills go to waste, so the link is never
+    // full. The slack bounds the short-term excess; the levels bound the long-term rate.
+    let capacity = bin_ns + (bin_ns >> SLACK_SHIFT);
     let mut index = want_ns / bin_ns;
     let mut remaining = tx_ns;
     let mut placed = false;
@@ -78,11 +85,11 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
         };
         let used = if elapsed > booked { elapsed } else { booked };
         index += 1;
-        if used >= bin_ns {
+        if used >= capacity {
             continue;
         }
-        let take = if bin_ns - used < remaining {
-            bin_ns - used
+        let take = if capacity - used < remaining {
+            capacity - used
         } else {
             remaining
         };

@@ -39,12 +39,14 @@ pub unsafe fn reserve(
     not_before_ns: u64,
     tx_ns: u64,
     horizon_ns: u64,
+    credit_ns: u64,
 ) -> Reserved {
     // An aligned 64-bit load is single-copy atomic on every BPF JIT; LLVM's BPF backend only
     // selects explicit atomic loads for cpu v4, so a volatile read it is.
     let mut current = unsafe { core::ptr::read_volatile(clock) };
     for _ in 0..CAS_ATTEMPTS {
-        let Some(r) = edt::reserve(current, now_ns, not_before_ns, tx_ns, horizon_ns) else {
+        let Some(r) = edt::reserve(current, now_ns, not_before_ns, tx_ns, horizon_ns, credit_ns)
+        else {
             return Reserved::BeyondHorizon;
         };
         let (seen, swapped) =

@@ -14,7 +14,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
-    datapath::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
+    datapath::{
+        FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState, Levels,
+        ShaperConfig,
+    },
     edt,
     isolation::{Isolation, fields},
 };
@@ -76,7 +79,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let flow_fp = flow_rate(&host_key, config);
+    let (flow_fp, host_fp) = rates(&host_key, config);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -102,6 +105,11 @@ pub fn schedule(
     };
     // SAFETY: as above.
     let flow = unsafe { &mut *flow };
+    if flow.epoch != epoch {
+        // A race between CPUs may count a flow twice in an epoch: the bound only gets looser.
+        flow.epoch = epoch;
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.flows_seen, 1) };
+    }
 
     let tx_flow = edt::tx_time_ns(wire, flow_fp);
     // SAFETY: the clock lives in a map value valid for the run.
@@ -112,21 +120,46 @@ pub fn schedule(
             tcp_tstamp,
             tx_flow,
             config.horizon_ns,
+            FLOW_CREDIT_NS,
         )
     } {
         Reserved::At(t) => (t, false),
         Reserved::AtContended(t) => (t, true),
         Reserved::BeyondHorizon => return Scheduled::BeyondHorizon,
     };
+    // The host's guard: its flows may book ahead of its allocation by the slack (their own
+    // queues), no further. It bites only when the flow levels overbook the host.
+    let mut guarded = want;
+    if host_fp != 0 {
+        let tx_host = edt::tx_time_ns(wire, host_fp);
+        // SAFETY: as for the flow clock.
+        match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
+            Reserved::At(start) | Reserved::AtContended(start) => {
+                let floor = start.saturating_sub(config.calendar_bin_ns * HOST_SLACK_BINS);
+                if floor > guarded {
+                    guarded = floor;
+                }
+            }
+            Reserved::BeyondHorizon => {}
+        }
+    }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let booked = calendar::book(want, now, tx_rate, config.calendar_bin_ns);
+    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns);
     let depart = booked.depart_ns;
-    if booked.delayed {
-        // Held back by the calendar: the flow's next packet queues behind this one.
+    if depart > want {
+        // Held back by its host or the calendar: the flow's next packet queues behind this one.
         unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
     }
 
-    count(host, flow, wire, tx_flow, want > now);
+    // Flow-time is how far this packet moved its flow's clock: its transmission time at the
+    // level plus any push by the calendar. A flow kept busy here accounts for the whole interval
+    // whether its level or the overbooked aggregate held it back, so the count of busy flows is
+    // the number of flows, not the rate divided by a level that may be wrong.
+    let clock_ns = depart + tx_flow - want;
+    // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
+    // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
+    // would go to the very flows that overbooked.
+    count(host, flow, wire, clock_ns, depart > now);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
@@ -141,34 +174,37 @@ pub fn schedule(
     }
 }
 
-/// The pace of a host's flows: the control plane's, or the newcomer's level.
+/// The pace of a host's flows and of its guard (0: none): the control plane's, or for a
+/// newcomer its level for both (the newcomer is one bottlenecked host more).
 #[inline(always)]
-fn flow_rate(host_key: &FlowKey, config: &ShaperConfig) -> u64 {
+fn rates(host_key: &FlowKey, config: &ShaperConfig) -> (u64, u64) {
     if let Some(r) = unsafe { HOST_RATES.get(host_key) }
         && r.flow_ns_per_byte_fp != 0
     {
-        return r.flow_ns_per_byte_fp;
+        return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp);
     }
     match LEVELS.get(0) {
-        Some(l) if l.new_host_ns_per_byte_fp != 0 => l.new_host_ns_per_byte_fp,
-        _ => config.ns_per_byte_fp,
+        Some(l) if l.new_host_ns_per_byte_fp != 0 => {
+            (l.new_host_ns_per_byte_fp, l.new_host_ns_per_byte_fp)
+        }
+        _ => (config.ns_per_byte_fp, 0),
     }
 }
 
 /// Cumulative counters for the control plane (atomic: several CPUs update a host at once).
 #[inline(always)]
-fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, tx_flow: u64, waited: bool) {
+fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, waited: bool) {
     unsafe {
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.bytes, wire);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.packets, 1);
-        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.busy_ns, tx_flow);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.busy_ns, clock_ns);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.bytes, wire);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut flow.packets, 1);
     }
     if waited {
         unsafe {
             atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.waited_bytes, wire);
-            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.backlogged_busy_ns, tx_flow);
+            atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.backlogged_busy_ns, clock_ns);
         }
     }
 }

@@ -11,8 +11,9 @@ use serde::Serialize;
 use shaper_common::{
     datapath::{FlowKey, HostRate, HostState, Levels},
     edt,
-    isolation::Isolation,
+    isolation::{Isolation, fields},
 };
+use tracing::trace;
 
 use crate::{
     bpf::{BpfError, Datapath, monotonic_now_ns},
@@ -104,6 +105,34 @@ pub struct TickSummary {
 struct Seen {
     counters: HostState,
     idle_ticks: u32,
+    /// Factor on the host's flow level (see [`next_boost`]).
+    boost: f64,
+}
+
+/// Largest factor by which a host's flow level may exceed its fair value.
+const MAX_BOOST: f64 = 1.5;
+
+/// Share of its allocation a host may carry without its boost changing.
+const BOOST_DEADBAND: f64 = 0.98;
+
+/// The next factor on a bottlenecked host's flow level. A flow paced at exactly its share
+/// rarely achieves it: each time its next packet comes late (a TCP Small Queues completion, a
+/// scheduling delay, a push by the calendar) the wire time is lost, and a single flow loses
+/// more than ten that cover for each other. So a host that is bottlenecked here but carried
+/// less than its allocation gets its flows paced faster, by the square root of the shortfall
+/// per tick (damped), up to [`MAX_BOOST`]; the host's guard clock still holds it to its
+/// allocation, so the boost only recovers lost time. A host at or above its allocation, or no
+/// longer bottlenecked, returns towards 1.
+pub fn next_boost(boost: f64, allocation_bps: f64, rate_bps: f64, bottlenecked: bool) -> f64 {
+    if !bottlenecked || rate_bps <= 0.0 || allocation_bps <= 0.0 {
+        return 1.0;
+    }
+    let carried = rate_bps / allocation_bps;
+    if (BOOST_DEADBAND..=1.0).contains(&carried) {
+        // Close enough: measurement noise must not ratchet the boost up.
+        return boost.clamp(1.0, MAX_BOOST);
+    }
+    (boost / carried.sqrt()).clamp(1.0, MAX_BOOST)
 }
 
 pub struct Controller {
@@ -145,6 +174,7 @@ impl Controller {
             let seen = self.seen.entry(key).or_insert(Seen {
                 counters: state,
                 idle_ticks: 0,
+                boost: 1.0,
             });
             seen.counters = state;
             if bytes == 0 {
@@ -153,18 +183,19 @@ impl Controller {
             }
             seen.idle_ticks = 0;
             let waited = state.waited_bytes.saturating_sub(prev.waited_bytes);
+            // Flow-time counts at most the flows that sent: a clock pushed far ahead counts
+            // its whole push in the tick it happens.
+            let seen = state.flows_seen.saturating_sub(prev.flows_seen) as f64;
+            let flows = |busy: u64, prev_busy: u64| {
+                (busy.saturating_sub(prev_busy) as f64 / 1e9 / dt_s).min(seen)
+            };
             active.push((
                 key,
                 HostSample {
                     rate_bps: bytes as f64 * 8.0 / dt_s,
                     unbacklogged_bps: bytes.saturating_sub(waited) as f64 * 8.0 / dt_s,
-                    active_flows: state.busy_ns.saturating_sub(prev.busy_ns) as f64 / 1e9 / dt_s,
-                    backlogged_flows: state
-                        .backlogged_busy_ns
-                        .saturating_sub(prev.backlogged_busy_ns)
-                        as f64
-                        / 1e9
-                        / dt_s,
+                    active_flows: flows(state.busy_ns, prev.busy_ns),
+                    backlogged_flows: flows(state.backlogged_busy_ns, prev.backlogged_busy_ns),
                     weight: 1.0,
                 },
             ));
@@ -175,11 +206,43 @@ impl Controller {
         let samples: Vec<HostSample> = active.iter().map(|(_, s)| *s).collect();
         let plan = plan(self.rate_bps as f64, &samples);
 
-        for ((key, _), (_, flow_bps)) in active.iter().zip(&plan.hosts) {
+        for ((key, sample), (allocation_bps, flow_bps)) in active.iter().zip(&plan.hosts) {
+            let boost = match self.seen.get_mut(key) {
+                Some(seen) => {
+                    seen.boost = next_boost(
+                        seen.boost,
+                        *allocation_bps,
+                        sample.rate_bps,
+                        sample.backlogged_flows >= BACKLOGGED_MIN,
+                    );
+                    seen.boost
+                }
+                None => 1.0,
+            };
+            let flow_bps = &(flow_bps * boost);
+            trace!(
+                host = %crate::stats::describe_key(key),
+                rate_bps = sample.rate_bps as u64,
+                unbacklogged_bps = sample.unbacklogged_bps as u64,
+                active_flows = format_args!("{:.2}", sample.active_flows),
+                backlogged_flows = format_args!("{:.2}", sample.backlogged_flows),
+                weight = format_args!("{:.3}", sample.weight),
+                allocation_bps = *allocation_bps as u64,
+                flow_bps = *flow_bps as u64,
+                boost = format_args!("{boost:.3}"),
+                "host"
+            );
             dp.set_host_rate(
                 key,
                 &HostRate {
                     flow_ns_per_byte_fp: edt::ns_per_byte_fp(*flow_bps as u64),
+                    // Single-level modes have one pseudo-host whose allocation is the rate:
+                    // the calendar guards that already.
+                    host_ns_per_byte_fp: if self.isolation.host_fields() == fields::NONE {
+                        0
+                    } else {
+                        edt::ns_per_byte_fp(*allocation_bps as u64)
+                    },
                 },
             )?;
         }
@@ -261,6 +324,25 @@ mod tests {
         );
         // A third host would get a third at once.
         assert!(close(p.new_host_bps, 100e6 / 3.0), "{p:?}");
+    }
+
+    #[test]
+    fn boost_recovers_a_shortfall_and_stays_bounded() {
+        // A bottlenecked host carrying 85% of its allocation is paced faster, damped.
+        let b = next_boost(1.0, 50e6, 42.5e6, true);
+        assert!(close(b, (50.0f64 / 42.5).sqrt()), "{b}");
+        // Repeated shortfalls grow it to the bound, no further.
+        let mut b = 1.0;
+        for _ in 0..50 {
+            b = next_boost(b, 50e6, 25e6, true);
+        }
+        assert!(close(b, MAX_BOOST), "{b}");
+        // Above its allocation it shrinks; never below 1; limited elsewhere it is 1.
+        assert!(next_boost(1.2, 50e6, 55e6, true) < 1.2);
+        assert!(close(next_boost(1.0, 50e6, 80e6, true), 1.0));
+        assert!(close(next_boost(1.4, 50e6, 10e6, false), 1.0));
+        // Within 2% of the allocation it holds.
+        assert!(close(next_boost(1.2, 50e6, 49.5e6, true), 1.2));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::{
     bpf::{self, Datapath},
     config::Settings,
-    link::Interface,
+    link::{GsoLimits, Interface},
     netlink::Socket,
     probe,
     qdisc::{self, Snapshot},
@@ -110,6 +110,8 @@ impl Deployment {
             .into());
         }
 
+        let original_gso = lower_gso(&mut sock, &iface, settings.rate_bps, &stale);
+
         let state = State {
             pid: std::process::id(),
             iface: iface.name.clone(),
@@ -124,6 +126,7 @@ impl Deployment {
             attach: mode,
             clsact_added,
             original,
+            original_gso,
             maps: datapath.map_ids()?,
         };
         let deployment = Self {
@@ -170,6 +173,11 @@ impl Deployment {
         {
             warn!("removing clsact from {}: {e}", self.iface.name);
         }
+        if let Some(gso) = self.state.original_gso
+            && let Err(e) = self.iface.set_gso_limits(&mut sock, gso)
+        {
+            warn!("restoring the GSO limits of {}: {e}", self.iface.name);
+        }
         runtime::remove_state(&self.iface);
         detached?;
         restored?;
@@ -213,6 +221,41 @@ fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError
             source,
         },
     })
+}
+
+/// Lowers the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`) and returns the
+/// limits to restore on exit: the ones found, or those a previous unclean run found. A device
+/// that refuses is shaped anyway, with coarser packets (warned).
+fn lower_gso(
+    sock: &mut Socket,
+    iface: &Interface,
+    rate_bps: u64,
+    stale: &Option<State>,
+) -> Option<GsoLimits> {
+    let previous = stale.as_ref().and_then(|s| s.original_gso);
+    let current = match iface.gso_limits(sock) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("reading the GSO limits of {}: {e}", iface.name);
+            return previous;
+        }
+    };
+    let Some(lowered) = GsoLimits::for_rate(rate_bps, current) else {
+        return previous;
+    };
+    match iface.set_gso_limits(sock, lowered) {
+        Ok(()) => {
+            info!(
+                "GSO limits of {} lowered to {} bytes, {} segments (were {}, {})",
+                iface.name, lowered.max_size, lowered.max_segs, current.max_size, current.max_segs
+            );
+            Some(previous.unwrap_or(current))
+        }
+        Err(e) => {
+            warn!("lowering the GSO limits of {}: {e}", iface.name);
+            previous
+        }
+    }
 }
 
 /// Best-effort undo of a partial `apply`.

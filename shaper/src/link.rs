@@ -1,8 +1,13 @@
-//! The network interface being shaped: name, index, TX queues.
+//! The network interface being shaped: name, index, TX queues, GSO limits.
 
 use std::{ffi::CString, os::unix::fs::MetadataExt};
 
-use crate::netlink::{IFLA_NUM_TX_QUEUES, NetlinkError, RTM_GETLINK, Socket, parse_attrs};
+use serde::{Deserialize, Serialize};
+
+use crate::netlink::{
+    Attrs, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE, IFLA_NUM_TX_QUEUES, NetlinkError, RTM_GETLINK,
+    RTM_NEWLINK, Socket, parse_attrs,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -38,23 +43,152 @@ impl Interface {
 
     /// TX queues of the device (`mq` needs more than one).
     pub fn num_tx_queues(&self, sock: &mut Socket) -> Result<u32, LinkError> {
-        let mut body = vec![0u8; 16];
-        body[0] = libc::AF_UNSPEC as u8;
-        body[4..8].copy_from_slice(&(self.ifindex as i32).to_ne_bytes());
+        Ok(self.link_u32(sock, IFLA_NUM_TX_QUEUES)?.unwrap_or(1))
+    }
+
+    /// The device's current GSO limits.
+    pub fn gso_limits(&self, sock: &mut Socket) -> Result<GsoLimits, LinkError> {
+        Ok(GsoLimits {
+            max_size: self
+                .link_u32(sock, IFLA_GSO_MAX_SIZE)?
+                .unwrap_or(GSO_MAX_BYTES),
+            max_segs: self
+                .link_u32(sock, IFLA_GSO_MAX_SEGS)?
+                .unwrap_or(u16::MAX as u32),
+        })
+    }
+
+    /// Sets the device's GSO limits (no link down/up; sockets pick them up as they connect).
+    pub fn set_gso_limits(&self, sock: &mut Socket, limits: GsoLimits) -> Result<(), LinkError> {
+        let mut body = self.ifinfo();
+        let mut attrs = Attrs::default();
+        attrs
+            .put_u32(IFLA_GSO_MAX_SIZE, limits.max_size)
+            .put_u32(IFLA_GSO_MAX_SEGS, limits.max_segs);
+        body.extend_from_slice(&attrs.0);
+        sock.request(RTM_NEWLINK, 0, &body)
+            .map(|_| ())
+            .map_err(|source| self.netlink_error(source))
+    }
+
+    fn link_u32(&self, sock: &mut Socket, attr: u16) -> Result<Option<u32>, LinkError> {
         let replies = sock
-            .request(RTM_GETLINK, 0, &body)
-            .map_err(|source| LinkError::Netlink {
-                iface: self.name.clone(),
-                source,
-            })?;
-        let queues = replies
+            .request(RTM_GETLINK, 0, &self.ifinfo())
+            .map_err(|source| self.netlink_error(source))?;
+        Ok(replies
             .iter()
             .filter(|r| r.len() >= 16)
             .flat_map(|r| parse_attrs(&r[16..]))
-            .find(|(kind, _, v)| *kind == IFLA_NUM_TX_QUEUES && v.len() == 4)
-            .map(|(_, _, v)| u32::from_ne_bytes(v.try_into().unwrap()))
-            .unwrap_or(1);
-        Ok(queues)
+            .find(|(kind, _, v)| *kind == attr && v.len() == 4)
+            .map(|(_, _, v)| u32::from_ne_bytes(v.try_into().unwrap())))
+    }
+
+    /// A `struct ifinfomsg` addressing this interface.
+    fn ifinfo(&self) -> Vec<u8> {
+        let mut body = vec![0u8; 16];
+        body[0] = libc::AF_UNSPEC as u8;
+        body[4..8].copy_from_slice(&(self.ifindex as i32).to_ne_bytes());
+        body
+    }
+
+    fn netlink_error(&self, source: NetlinkError) -> LinkError {
+        LinkError::Netlink {
+            iface: self.name.clone(),
+            source,
+        }
+    }
+}
+
+/// Largest GSO packet the kernel builds by default (without BIG TCP).
+const GSO_MAX_BYTES: u32 = 65_536;
+
+/// A full Ethernet frame: the unit of the GSO budget.
+const FRAME_BYTES: u32 = 1_514;
+
+/// Longest a GSO super-packet may occupy the wire at the configured rate. One timestamp covers
+/// the whole super-packet: 64 KB at 50 Mbit/s is 10 ms released at once, which a downstream
+/// bottleneck turns into latency, and a flow paced at a few Mbit/s sends one every ~100 ms, too
+/// coarse for its clock and for the control loop's counts. CAKE splits GSO below 1 Gbit/s for
+/// the same reason; from clsact shaper cannot split, so it asks TCP to build smaller packets.
+pub const GSO_BUDGET_NS: u64 = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoLimits {
+    pub max_size: u32,
+    pub max_segs: u32,
+}
+
+impl GsoLimits {
+    /// The limits for shaping at `rate_bps`: a super-packet of at most [`GSO_BUDGET_NS`] of
+    /// wire time, never less than one frame, never more than the device allows now. `None`
+    /// when the current limits are already within the budget (nothing to change).
+    pub fn for_rate(rate_bps: u64, current: GsoLimits) -> Option<GsoLimits> {
+        let budget = (rate_bps as u128 * GSO_BUDGET_NS as u128 / 8_000_000_000) as u64;
+        if budget >= GSO_MAX_BYTES as u64 {
+            return None;
+        }
+        let segs = (budget / FRAME_BYTES as u64).clamp(1, u16::MAX as u64) as u32;
+        // TCP keeps room for its headers below the size limit; two frames always fit.
+        let size = budget.clamp(2 * FRAME_BYTES as u64, GSO_MAX_BYTES as u64) as u32;
+        let wanted = GsoLimits {
+            max_size: size.min(current.max_size),
+            max_segs: segs.min(current.max_segs),
+        };
+        (wanted != current).then_some(wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT: GsoLimits = GsoLimits {
+        max_size: 65_536,
+        max_segs: 65_535,
+    };
+
+    #[test]
+    fn gso_is_limited_to_a_millisecond_at_the_rate() {
+        // 100 Mbit/s: 12.5 KB, 8 frames.
+        assert_eq!(
+            GsoLimits::for_rate(100_000_000, DEFAULT),
+            Some(GsoLimits {
+                max_size: 12_500,
+                max_segs: 8
+            })
+        );
+        // 10 Mbit/s: one frame per packet (TCP's two-segment minimum is overridden by segs).
+        assert_eq!(
+            GsoLimits::for_rate(10_000_000, DEFAULT),
+            Some(GsoLimits {
+                max_size: 3_028,
+                max_segs: 1
+            })
+        );
+    }
+
+    #[test]
+    fn fast_rates_and_tighter_devices_are_left_alone() {
+        assert_eq!(GsoLimits::for_rate(1_000_000_000, DEFAULT), None);
+        let tight = GsoLimits {
+            max_size: 8_000,
+            max_segs: 4,
+        };
+        assert_eq!(GsoLimits::for_rate(100_000_000, tight), None);
+        // Only ever lowered: a device limit below the budget is kept.
+        assert_eq!(
+            GsoLimits::for_rate(
+                100_000_000,
+                GsoLimits {
+                    max_size: 65_536,
+                    max_segs: 4
+                }
+            ),
+            Some(GsoLimits {
+                max_size: 12_500,
+                max_segs: 4
+            })
+        );
     }
 }
 

@@ -35,6 +35,7 @@ pub const TCA_KIND: u16 = 1;
 pub const TCA_OPTIONS: u16 = 2;
 pub const TCA_STAB: u16 = 8;
 pub const IFLA_NUM_TX_QUEUES: u16 = 31;
+pub const IFLA_GSO_MAX_SEGS: u16 = 40;
 pub const IFLA_GSO_MAX_SIZE: u16 = 41;
 
 /// An error from the kernel: errno plus its extended-ack text when it gave one.

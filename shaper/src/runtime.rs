@@ -16,7 +16,10 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{link::Interface, qdisc::Snapshot};
+use crate::{
+    link::{GsoLimits, Interface},
+    qdisc::Snapshot,
+};
 
 pub const DEFAULT_RUN_DIR: &str = "/run/shaper";
 
@@ -69,6 +72,10 @@ pub struct State {
     pub clsact_added: bool,
     /// The interface's qdiscs before shaper, restored on exit.
     pub original: Snapshot,
+    /// The device's GSO limits before shaper lowered them (restored on exit); `None` when
+    /// shaper left them alone.
+    #[serde(default)]
+    pub original_gso: Option<GsoLimits>,
     pub maps: MapIds,
 }
 

@@ -54,6 +54,7 @@ fn flows_mode_interleaves_flows_at_the_flow_level() {
             &FlowKey::default(),
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 2),
+                host_ns_per_byte_fp: 0,
             },
         )
         .unwrap();
@@ -103,6 +104,7 @@ fn dual_dsthost_paces_hosts_and_their_flows() {
                     } else {
                         ns_per_byte_fp(RATE / 20)
                     },
+                    host_ns_per_byte_fp: half,
                 },
             )
             .unwrap();
@@ -150,6 +152,7 @@ fn a_new_host_starts_at_the_newcomer_level() {
             &host_key(CLIENT_A),
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 10),
+                host_ns_per_byte_fp: 0,
             },
         )
         .unwrap();
@@ -168,6 +171,7 @@ fn the_calendar_holds_overbooked_levels_to_the_rate() {
             &FlowKey::default(),
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE),
+                host_ns_per_byte_fp: 0,
             },
         )
         .unwrap();

@@ -7,15 +7,23 @@ here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/l
 # be exactly as before.
 check_round_trip() {
 	before=$(qdisc_state s0)
+	gso_before=$(gso_state s0)
 	shaper_start --iface s0 --rate 100mbit
 	during=$(qdisc_state s0)
 	echo "$during" | grep -q "5348:" || fail "$1: shaper's qdisc not installed: $during"
+	# At 100 Mbit/s a GSO packet may take 1 ms of wire: 12500 bytes, 8 segments.
+	[ "$(gso_state s0)" = "gso_max_size 12500 gso_max_segs 8" ] || fail "$1: GSO not lowered: $(gso_state s0)"
 	shaper_stop
 	after=$(qdisc_state s0)
 	[ "$after" = "$before" ] || fail "$1: not restored
 before: $before
 after:  $after"
+	[ "$(gso_state s0)" = "$gso_before" ] || fail "$1: GSO limits not restored: $(gso_state s0), were $gso_before"
 	log "$1: restored"
+}
+
+gso_state() {
+	ip -n "$SRC" -d link show "$1" | grep -o 'gso_max_size [0-9]* gso_max_segs [0-9]*'
 }
 
 # expect_refusal DESCRIPTION PATTERN ARGS...: shaper run must fail, say PATTERN, change nothing.
