@@ -185,9 +185,9 @@ impl Controller {
             let waited = state.waited_bytes.saturating_sub(prev.waited_bytes);
             // Flow-time counts at most the flows that sent: a clock pushed far ahead counts
             // its whole push in the tick it happens.
-            let seen = state.flows_seen.saturating_sub(prev.flows_seen) as f64;
+            let flows_seen = state.flows_seen.saturating_sub(prev.flows_seen) as f64;
             let flows = |busy: u64, prev_busy: u64| {
-                (busy.saturating_sub(prev_busy) as f64 / 1e9 / dt_s).min(seen)
+                (busy.saturating_sub(prev_busy) as f64 / 1e9 / dt_s).min(flows_seen)
             };
             active.push((
                 key,
@@ -219,7 +219,7 @@ impl Controller {
                 }
                 None => 1.0,
             };
-            let flow_bps = &(flow_bps * boost);
+            let flow_bps = flow_bps * boost;
             trace!(
                 host = %crate::stats::describe_key(key),
                 rate_bps = sample.rate_bps as u64,
@@ -228,14 +228,14 @@ impl Controller {
                 backlogged_flows = format_args!("{:.2}", sample.backlogged_flows),
                 weight = format_args!("{:.3}", sample.weight),
                 allocation_bps = *allocation_bps as u64,
-                flow_bps = *flow_bps as u64,
+                flow_bps = flow_bps as u64,
                 boost = format_args!("{boost:.3}"),
                 "host"
             );
             dp.set_host_rate(
                 key,
                 &HostRate {
-                    flow_ns_per_byte_fp: edt::ns_per_byte_fp(*flow_bps as u64),
+                    flow_ns_per_byte_fp: edt::ns_per_byte_fp(flow_bps as u64),
                     // Single-level modes have one pseudo-host whose allocation is the rate:
                     // the calendar guards that already.
                     host_ns_per_byte_fp: if self.isolation.host_fields() == fields::NONE {

@@ -223,9 +223,11 @@ fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError
     })
 }
 
-/// Lowers the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`) and returns the
-/// limits to restore on exit: the ones found, or those a previous unclean run found. A device
-/// that refuses is shaped anyway, with coarser packets (warned).
+/// Sets the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`) and returns the limits
+/// to restore on exit (`None`: nothing to restore). The baseline is what the device had before
+/// any shaper: the limits found now, or those a previous unclean run recorded, so a restart at
+/// another rate starts from the device's own limits, not from the previous run's. A device that
+/// refuses is shaped anyway, with coarser packets (warned).
 fn lower_gso(
     sock: &mut Socket,
     iface: &Interface,
@@ -240,22 +242,21 @@ fn lower_gso(
             return previous;
         }
     };
-    let Some(lowered) = GsoLimits::for_rate(rate_bps, current) else {
-        return previous;
-    };
-    match iface.set_gso_limits(sock, lowered) {
-        Ok(()) => {
-            info!(
-                "GSO limits of {} lowered to {} bytes, {} segments (were {}, {})",
-                iface.name, lowered.max_size, lowered.max_segs, current.max_size, current.max_segs
-            );
-            Some(previous.unwrap_or(current))
-        }
-        Err(e) => {
-            warn!("lowering the GSO limits of {}: {e}", iface.name);
-            previous
+    let baseline = previous.unwrap_or(current);
+    let wanted = GsoLimits::for_rate(rate_bps, baseline).unwrap_or(baseline);
+    if wanted != current {
+        match iface.set_gso_limits(sock, wanted) {
+            Ok(()) => info!(
+                "GSO limits of {} set to {} bytes, {} segments (device's own: {}, {})",
+                iface.name, wanted.max_size, wanted.max_segs, baseline.max_size, baseline.max_segs
+            ),
+            Err(e) => {
+                warn!("setting the GSO limits of {}: {e}", iface.name);
+                return (current != baseline).then_some(baseline);
+            }
         }
     }
+    (wanted != baseline).then_some(baseline)
 }
 
 /// Best-effort undo of a partial `apply`.

@@ -43,18 +43,16 @@ impl Interface {
 
     /// TX queues of the device (`mq` needs more than one).
     pub fn num_tx_queues(&self, sock: &mut Socket) -> Result<u32, LinkError> {
-        Ok(self.link_u32(sock, IFLA_NUM_TX_QUEUES)?.unwrap_or(1))
+        let [queues] = self.link_u32s(sock, [IFLA_NUM_TX_QUEUES])?;
+        Ok(queues.unwrap_or(1))
     }
 
     /// The device's current GSO limits.
     pub fn gso_limits(&self, sock: &mut Socket) -> Result<GsoLimits, LinkError> {
+        let [size, segs] = self.link_u32s(sock, [IFLA_GSO_MAX_SIZE, IFLA_GSO_MAX_SEGS])?;
         Ok(GsoLimits {
-            max_size: self
-                .link_u32(sock, IFLA_GSO_MAX_SIZE)?
-                .unwrap_or(GSO_MAX_BYTES),
-            max_segs: self
-                .link_u32(sock, IFLA_GSO_MAX_SEGS)?
-                .unwrap_or(u16::MAX as u32),
+            max_size: size.unwrap_or(GSO_MAX_BYTES),
+            max_segs: segs.unwrap_or(u16::MAX as u32),
         })
     }
 
@@ -71,16 +69,26 @@ impl Interface {
             .map_err(|source| self.netlink_error(source))
     }
 
-    fn link_u32(&self, sock: &mut Socket, attr: u16) -> Result<Option<u32>, LinkError> {
+    /// The u32 link attributes `attrs`, from one RTM_GETLINK.
+    fn link_u32s<const N: usize>(
+        &self,
+        sock: &mut Socket,
+        attrs: [u16; N],
+    ) -> Result<[Option<u32>; N], LinkError> {
         let replies = sock
             .request(RTM_GETLINK, 0, &self.ifinfo())
             .map_err(|source| self.netlink_error(source))?;
-        Ok(replies
+        let mut values = [None; N];
+        for (kind, _, v) in replies
             .iter()
             .filter(|r| r.len() >= 16)
             .flat_map(|r| parse_attrs(&r[16..]))
-            .find(|(kind, _, v)| *kind == attr && v.len() == 4)
-            .map(|(_, _, v)| u32::from_ne_bytes(v.try_into().unwrap())))
+        {
+            if let (Some(i), Ok(bytes)) = (attrs.iter().position(|a| *a == kind), v.try_into()) {
+                values[i] = Some(u32::from_ne_bytes(bytes));
+            }
+        }
+        Ok(values)
     }
 
     /// A `struct ifinfomsg` addressing this interface.
@@ -138,6 +146,13 @@ impl GsoLimits {
     }
 }
 
+/// The inode of this process's network namespace.
+pub fn current_netns_id() -> u64 {
+    std::fs::metadata("/proc/self/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,11 +205,4 @@ mod tests {
             })
         );
     }
-}
-
-/// The inode of this process's network namespace.
-pub fn current_netns_id() -> u64 {
-    std::fs::metadata("/proc/self/ns/net")
-        .map(|m| m.ino())
-        .unwrap_or(0)
 }
