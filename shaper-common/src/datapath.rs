@@ -1,6 +1,8 @@
 //! Types shared between the BPF data path and the control plane: map names, map values and the
 //! counters. All `#[repr(C)]` with explicit padding so both sides agree on the layout.
 
+use crate::aqm::{AqmParams, AqmState};
+
 /// Per-interface shaping parameters, written by the control plane (array map, one entry).
 /// The data path reads it on every packet; `ns_per_byte_fp` is precomputed so the fast path
 /// never divides.
@@ -29,6 +31,8 @@ pub struct ShaperConfig {
     pub host_mask_v6: [u32; 4],
     /// Width of a calendar bin (see the data path's `calendar`): wire time per bin at the rate.
     pub calendar_bin_ns: u64,
+    /// The AQM on each flow's scheduled delay (`aqm`; target zero: off).
+    pub aqm: AqmParams,
 }
 
 /// Bins in the global calendar (a power of two) and how many one packet may span.
@@ -119,6 +123,8 @@ pub struct FlowState {
     pub packets: u64,
     /// Control epoch (offset by one) in which the flow was last counted in `flows_seen`.
     pub epoch: u64,
+    /// COBALT's state for this flow's queue.
+    pub aqm: AqmState,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -148,14 +154,23 @@ pub struct Levels {
 pub enum DropReason {
     /// Its departure time would be beyond the horizon.
     Horizon = 0,
+    /// CoDel's signal on a packet that cannot carry an ECN mark.
+    Codel = 1,
+    /// BLUE's probabilistic drop of a flow that overflowed its hard limit.
+    Blue = 2,
+    /// Its flow's queue was beyond the flow's hard limit.
+    Overlimit = 3,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 1;
-    pub const ALL: [Self; Self::COUNT] = [Self::Horizon];
+    pub const COUNT: usize = 4;
+    pub const ALL: [Self; Self::COUNT] = [Self::Horizon, Self::Codel, Self::Blue, Self::Overlimit];
     pub const fn name(self) -> &'static str {
         match self {
             Self::Horizon => "horizon",
+            Self::Codel => "codel",
+            Self::Blue => "blue",
+            Self::Overlimit => "overlimit",
         }
     }
 }
@@ -213,6 +228,39 @@ pub struct DatapathStats {
     pub calendar_unplaced_ns: u64,
     /// Latest departure stamped on this CPU (the scheduled queue: this minus now).
     pub latest_depart_ns: u64,
+    /// Packets CE-marked by the AQM.
+    pub ecn_marked: u64,
+    /// Packets of sparse flows (their flow idle for at least the packet's own time), sent at
+    /// once without waiting for the calendar or their host's guard.
+    pub sparse: u64,
+    /// Frames (GSO segments) by scheduled delay, see [`delay_bucket`].
+    pub delay_hist: [u64; DELAY_BUCKETS],
+}
+
+/// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
+/// `[64 µs · 2^(i-1), 64 µs · 2^i)`, the last is open-ended (1.05 s and more).
+pub const DELAY_BUCKETS: usize = 16;
+const DELAY_BUCKET_BASE_NS: u64 = 64_000;
+
+/// The histogram bucket of a scheduled delay (a bounded scan: no count-leading-zeros in BPF).
+#[inline(always)]
+pub fn delay_bucket(delay_ns: u64) -> usize {
+    let mut bucket = 0;
+    let mut bound = DELAY_BUCKET_BASE_NS;
+    while bucket < DELAY_BUCKETS - 1 && delay_ns >= bound {
+        bucket += 1;
+        bound <<= 1;
+    }
+    bucket
+}
+
+/// The upper bound (ns) of a bucket; `u64::MAX` for the last.
+pub const fn delay_bucket_upper_ns(bucket: usize) -> u64 {
+    if bucket >= DELAY_BUCKETS - 1 {
+        u64::MAX
+    } else {
+        DELAY_BUCKET_BASE_NS << bucket
+    }
 }
 
 impl DatapathStats {
@@ -230,6 +278,11 @@ impl DatapathStats {
         self.calendar_delayed += other.calendar_delayed;
         self.calendar_unplaced_ns += other.calendar_unplaced_ns;
         self.latest_depart_ns = self.latest_depart_ns.max(other.latest_depart_ns);
+        self.ecn_marked += other.ecn_marked;
+        self.sparse += other.sparse;
+        for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
+            *a += b;
+        }
     }
 }
 
@@ -242,22 +295,26 @@ pub mod map_names {
     pub const HOST_RATES: &str = "SHAPER_HOST_RATES";
     pub const FLOWS: &str = "SHAPER_FLOWS";
     pub const CALENDAR: &str = "SHAPER_CALENDAR";
+    pub const MARKER: &str = "SHAPER_MARKER";
 }
 
 /// Names of the BPF programs.
 pub mod program_names {
     pub const EGRESS: &str = "shaper_egress";
+    /// Sets CE on packets the AQM picked; reached by a tail call from the egress program.
+    pub const MARK: &str = "shaper_mark";
 }
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 80);
-    assert!(core::mem::size_of::<FlowState>() == 32);
+    assert!(core::mem::size_of::<FlowState>() == 64);
     assert!(core::mem::size_of::<HostRate>() == 16);
     assert!(core::mem::size_of::<Levels>() == 16);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32);
     assert!(
-        core::mem::size_of::<DatapathStats>() == 8 * (6 + DropReason::COUNT + PassReason::COUNT)
+        core::mem::size_of::<DatapathStats>()
+            == 8 * (8 + DropReason::COUNT + PassReason::COUNT + DELAY_BUCKETS)
     );
 };
 
@@ -272,4 +329,25 @@ mod pod {
     unsafe impl aya::Pod for FlowState {}
     unsafe impl aya::Pod for HostRate {}
     unsafe impl aya::Pod for Levels {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_buckets_double_from_64us() {
+        assert_eq!(delay_bucket(0), 0);
+        assert_eq!(delay_bucket(63_999), 0);
+        assert_eq!(delay_bucket(64_000), 1);
+        assert_eq!(delay_bucket(127_999), 1);
+        assert_eq!(delay_bucket(128_000), 2);
+        assert_eq!(delay_bucket(5_000_000), 7); // [4.096, 8.192) ms
+        assert_eq!(delay_bucket(u64::MAX), DELAY_BUCKETS - 1);
+        for b in 0..DELAY_BUCKETS - 1 {
+            let upper = delay_bucket_upper_ns(b);
+            assert_eq!(delay_bucket(upper - 1), b);
+            assert_eq!(delay_bucket(upper), b + 1);
+        }
+    }
 }

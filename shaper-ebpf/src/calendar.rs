@@ -40,8 +40,12 @@ pub struct Booked {
 
 /// Books `tx_ns` of wire time at or after `want_ns` (≥ `now_ns`). Packets wanted beyond the
 /// ring's span are not booked: the flow clocks that put them there already pace them.
+///
+/// `priority` books the wanted bin even when it is full (a sparse flow's packet, which must
+/// not wait behind bulk flows): its wire time is still charged, so the packets after it find
+/// that bin fuller, and the overrun is bounded by the sparse flows' own levels.
 #[inline(always)]
-pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
+pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) -> Booked {
     let mut out = Booked {
         depart_ns: want_ns,
         delayed: false,
@@ -85,13 +89,14 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64) -> Booked {
         };
         let used = if elapsed > booked { elapsed } else { booked };
         index += 1;
-        if used >= capacity {
+        let first_choice = priority && !placed;
+        if used >= capacity && !first_choice {
             continue;
         }
-        let take = if capacity - used < remaining {
-            capacity - used
-        } else {
+        let take = if first_choice || capacity - used >= remaining {
             remaining
+        } else {
+            capacity - used
         };
         // One attempt per bin: a lost race moves on to the next bin (counted) rather than
         // looping, which keeps the program within what the verifier explores.

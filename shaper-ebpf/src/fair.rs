@@ -10,13 +10,15 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
+    helpers::bpf_get_prandom_u32,
     macros::map,
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
+    aqm::{self, Verdict},
     datapath::{
-        FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState, Levels,
-        ShaperConfig,
+        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState,
+        Levels, ShaperConfig,
     },
     edt,
     isolation::{Isolation, fields},
@@ -25,6 +27,7 @@ use shaper_common::{
 use crate::{
     calendar,
     clock::{self, Reserved},
+    ecn,
     parse::{ETH_P_IPV6, PacketInfo},
 };
 
@@ -51,14 +54,19 @@ pub enum Scheduled {
         contended: bool,
         calendar_delayed: bool,
         unplaced_ns: u64,
+        /// Its flow was idle: it leaves at once, ahead of the calendar and its host's guard.
+        sparse: bool,
     },
-    BeyondHorizon,
+    /// Dropped, for this reason; no clock was advanced.
+    Dropped(DropReason),
     /// A map could not be read or written (full, or not loaded): the caller fails open.
     NoState,
 }
 
 /// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
-/// the calendar that holds the aggregate to the rate.
+/// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
+/// `mark_slot` (a word of the skb's control block, zero on entry) gets the IP header's offset
+/// plus one.
 #[inline(always)]
 pub fn schedule(
     info: &PacketInfo,
@@ -66,6 +74,7 @@ pub fn schedule(
     wire: u64,
     now: u64,
     tcp_tstamp: u64,
+    mark_slot: &mut u32,
 ) -> Scheduled {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
@@ -112,6 +121,32 @@ pub fn schedule(
     }
 
     let tx_flow = edt::tx_time_ns(wire, flow_fp);
+    // The flow's queue is how far its clock runs ahead of now: what this packet waits behind
+    // its flow's earlier packets. The AQM decides on it before anything is booked, so a dropped
+    // packet costs no wire time.
+    let flow_clock = unsafe { core::ptr::read_volatile(&raw const flow.clock_ns) };
+    // Idle for at least this packet's own time at its level: a sparse flow (a DNS query, a
+    // keystroke, a ping) that stays within its share and so waits for nobody.
+    let sparse = flow_clock + tx_flow <= now && tcp_tstamp <= now;
+    if config.aqm.enabled() {
+        let packet = AqmPacket {
+            now,
+            queue_ns: flow_clock.saturating_sub(now),
+            flow_ns_per_byte_fp: flow_fp,
+            ect: ecn::capable(info),
+        };
+        match aqm_verdict(flow, config, &packet) {
+            Verdict::Pass => {}
+            // Noted in the packet's own control block rather than carried as a flag: a flag the
+            // verifier knows on each path would keep every later path apart and the program
+            // would no longer verify within its limits.
+            Verdict::Mark => *mark_slot = info.l3_offset + 1,
+            Verdict::DropCodel => return Scheduled::Dropped(DropReason::Codel),
+            Verdict::DropBlue => return Scheduled::Dropped(DropReason::Blue),
+            Verdict::DropOverlimit => return Scheduled::Dropped(DropReason::Overlimit),
+        }
+    }
+
     // SAFETY: the clock lives in a map value valid for the run.
     let (want, contended) = match unsafe {
         clock::reserve(
@@ -125,10 +160,11 @@ pub fn schedule(
     } {
         Reserved::At(t) => (t, false),
         Reserved::AtContended(t) => (t, true),
-        Reserved::BeyondHorizon => return Scheduled::BeyondHorizon,
+        Reserved::BeyondHorizon => return Scheduled::Dropped(DropReason::Horizon),
     };
     // The host's guard: its flows may book ahead of its allocation by the slack (their own
-    // queues), no further. It bites only when the flow levels overbook the host.
+    // queues), no further. It bites only when the flow levels overbook the host. A sparse
+    // packet is charged to the guard but not held by it.
     let mut guarded = want;
     if host_fp != 0 {
         let tx_host = edt::tx_time_ns(wire, host_fp);
@@ -136,7 +172,7 @@ pub fn schedule(
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
                 let floor = start.saturating_sub(config.calendar_bin_ns * HOST_SLACK_BINS);
-                if floor > guarded {
+                if floor > guarded && !sparse {
                     guarded = floor;
                 }
             }
@@ -144,7 +180,7 @@ pub fn schedule(
         }
     }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns);
+    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, sparse);
     let depart = booked.depart_ns;
     if depart > want {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
@@ -164,14 +200,50 @@ pub fn schedule(
         host.latest_depart_ns = depart;
     }
     if depart - now > config.horizon_ns {
-        return Scheduled::BeyondHorizon;
+        return Scheduled::Dropped(DropReason::Horizon);
     }
     Scheduled::At {
         depart_ns: depart,
         contended: contended || booked.contended,
         calendar_delayed: booked.delayed,
         unplaced_ns: booked.unplaced_ns,
+        sparse,
     }
+}
+
+/// What the AQM needs to know of a packet.
+struct AqmPacket {
+    now: u64,
+    /// How far its flow's clock stood ahead of now (0: the flow's queue had drained).
+    queue_ns: u64,
+    flow_ns_per_byte_fp: u64,
+    ect: bool,
+}
+
+/// The AQM's verdict on a packet of `flow`.
+#[inline(always)]
+fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) -> Verdict {
+    let floor = aqm::standing_floor_ns(
+        &config.aqm,
+        packet.flow_ns_per_byte_fp,
+        config.ns_per_byte_fp,
+    );
+    // BLUE's coin is only drawn for flows it has a probability for.
+    let random = if flow.aqm.p_drop != 0 {
+        unsafe { bpf_get_prandom_u32() }
+    } else {
+        u32::MAX
+    };
+    let empty = packet.queue_ns == 0;
+    flow.aqm.on_packet(
+        &config.aqm,
+        packet.now,
+        packet.queue_ns,
+        empty,
+        floor,
+        packet.ect,
+        random,
+    )
 }
 
 /// The pace of a host's flows and of its guard (0: none): the control plane's, or for a
@@ -213,7 +285,7 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 /// single-level modes share one pseudo-host.
 #[inline(always)]
 fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
-    let mut k = FlowKey::default();
+    let mut k = zeroed_key();
     if want == fields::NONE {
         return k;
     }
@@ -237,6 +309,21 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     k
 }
 
+/// An all-zero key, stored word by word: `FlowKey::default()` becomes a call to a byte-wise
+/// `memset` (40 steps the verifier walks again on every path that reaches it).
+#[inline(always)]
+fn zeroed_key() -> FlowKey {
+    const WORDS: usize = core::mem::size_of::<FlowKey>() / 8;
+    let mut k = core::mem::MaybeUninit::<FlowKey>::uninit();
+    let words = k.as_mut_ptr() as *mut u64;
+    for i in 0..WORDS {
+        // SAFETY: FlowKey is 40 bytes of plain integers, 8-aligned (asserted in
+        // shaper-common); every word is written before it is read.
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+    }
+    unsafe { k.assume_init() }
+}
+
 #[inline(always)]
 fn host_addr(addr: &[u32; 4], v6: bool, config: &ShaperConfig) -> [u32; 4] {
     if v6 {
@@ -252,12 +339,31 @@ fn host_addr(addr: &[u32; 4], v6: bool, config: &ShaperConfig) -> [u32; 4] {
     }
 }
 
+/// A fresh map value, from read-only data: building it on the stack makes LLVM call a byte-wise
+/// `memset` for values over 32 bytes, a 64-step loop the verifier walks on every path.
+trait Zeroed: Sized + 'static {
+    const ZERO: &'static Self;
+}
+
+impl Zeroed for FlowState {
+    // SAFETY: plain integers; all-zero is the documented fresh state.
+    const ZERO: &'static Self = &unsafe { core::mem::zeroed() };
+}
+
+impl Zeroed for HostState {
+    // SAFETY: as above.
+    const ZERO: &'static Self = &unsafe { core::mem::zeroed() };
+}
+
 /// The entry for `key`, created zeroed if missing; `true` when this call created it.
 #[inline(always)]
-fn entry<V: Default>(map: &LruHashMap<FlowKey, V>, key: &FlowKey) -> Option<(*mut V, bool)> {
+fn entry<V: Zeroed + 'static>(
+    map: &LruHashMap<FlowKey, V>,
+    key: &FlowKey,
+) -> Option<(*mut V, bool)> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some((p, false));
     }
-    let created = map.insert(key, &V::default(), BPF_NOEXIST as u64).is_ok();
+    let created = map.insert(key, V::ZERO, BPF_NOEXIST as u64).is_ok();
     map.get_ptr_mut(key).map(|p| (p, created))
 }

@@ -15,6 +15,7 @@
 
 mod calendar;
 mod clock;
+mod ecn;
 mod fair;
 mod parse;
 mod stats;
@@ -23,11 +24,11 @@ use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
     helpers::bpf_ktime_get_ns,
     macros::{classifier, map},
-    maps::{Array, PerCpuArray},
+    maps::{Array, PerCpuArray, ProgramArray},
     programs::TcContext,
 };
 use shaper_common::{
-    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig},
+    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket},
     edt,
 };
 
@@ -41,6 +42,10 @@ static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
 
 #[map(name = "SHAPER_STATS")]
 static STATS: PerCpuArray<DatapathStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Slot 0: `shaper_mark`, set by the loader.
+#[map(name = "SHAPER_MARKER")]
+static MARKER: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
@@ -92,32 +97,73 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         config.mpu_bytes,
     );
     let now = unsafe { bpf_ktime_get_ns() };
-    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp) {
+    skb.cb[0] = 0;
+    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, &mut skb.cb[0]) {
         Scheduled::At {
             depart_ns,
             contended,
             calendar_delayed,
             unplaced_ns,
+            sparse,
         } => {
-            if contended {
-                stats.clock_contended += 1;
-            }
-            if calendar_delayed {
-                stats.calendar_delayed += 1;
-            }
+            // Flags become counts without branches: a branch on a flag the verifier knows
+            // keeps the paths that set it apart from those that did not.
+            stats.clock_contended += contended as u64;
+            stats.calendar_delayed += calendar_delayed as u64;
+            stats.sparse += sparse as u64;
             stats.calendar_unplaced_ns += unplaced_ns;
             depart_ns
         }
-        Scheduled::BeyondHorizon => return stats::drop(stats, DropReason::Horizon),
+        Scheduled::Dropped(reason) => return stats::drop(stats, reason),
         Scheduled::NoState => return stats::pass(stats, PassReason::NoState),
     };
+    // SAFETY: as above; a helper write invalidates packet pointers, not the context.
+    let skb = unsafe { &mut *ctx.skb.skb };
+    let segs = if skb.gso_segs == 0 {
+        1
+    } else {
+        skb.gso_segs as u64
+    };
+    let bucket = delay_bucket(depart - now);
+    if let Some(slot) = stats.delay_hist.get_mut(bucket) {
+        *slot += segs;
+    }
     skb.tstamp = depart;
     if depart > stats.latest_depart_ns {
         stats.latest_depart_ns = depart;
     }
     stats.shaped_packets += 1;
     stats.shaped_bytes += wire;
+    if skb.cb[0] != 0 {
+        // The AQM wants a mark (cb[0] is the IP header's offset plus one). The marker rewrites
+        // the header and returns the verdict; it only comes back here if it could not be
+        // called, and then the signal is a drop.
+        unsafe { MARKER.tail_call(ctx, 0) };
+        return stats::drop(stats, DropReason::Codel);
+    }
     Verdict::Pass
+}
+
+/// Sets CE on a packet the AQM picked (see `ecn`), after `shaper_egress` stamped it.
+#[classifier]
+pub fn shaper_mark(ctx: TcContext) -> i32 {
+    let Some(stats) = STATS.get_ptr_mut(0) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: per-CPU map value, valid for this run.
+    let stats = unsafe { &mut *stats };
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    let l3 = unsafe { (*ctx.skb.skb).cb[0] }.wrapping_sub(1) as usize;
+    match ecn::set_ce(&ctx, l3) {
+        Ok(()) => {
+            stats.ecn_marked += 1;
+            TC_ACT_UNSPEC
+        }
+        Err(()) => match stats::drop(stats, DropReason::Codel) {
+            Verdict::Pass => TC_ACT_UNSPEC,
+            Verdict::Drop => TC_ACT_SHOT as i32,
+        },
+    }
 }
 
 /// Parses the headers, pulling them into the linear area once if they are paged.

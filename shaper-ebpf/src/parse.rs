@@ -57,6 +57,8 @@ pub struct PacketInfo {
     pub dst_port: u16,
     /// TCP flags byte (FIN..CWR), zero for other protocols.
     pub tcp_flags: u8,
+    /// Offset of the IP header from the start of the frame.
+    pub l3_offset: u32,
     /// Offset of the transport header from the start of the frame.
     pub l4_offset: u32,
 }
@@ -134,6 +136,7 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         src_port: 0,
         dst_port: 0,
         tcp_flags: 0,
+        l3_offset: offset as u32,
         l4_offset: (offset + ihl) as u32,
     };
     if !later_fragment {
@@ -158,6 +161,7 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         src_port: 0,
         dst_port: 0,
         tcp_flags: 0,
+        l3_offset: offset as u32,
         l4_offset: 0,
     };
     let mut next = offset + IPV6_HLEN;

@@ -2,7 +2,7 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, ProgramArray},
     programs::{
         SchedClassifier, TcAttachType,
         tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions},
@@ -38,6 +38,8 @@ pub enum BpfError {
     },
     #[error("the BPF object has no {0}")]
     Missing(&'static str),
+    #[error("duplicating a program descriptor: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
@@ -59,6 +61,7 @@ impl Datapath {
             .map_max_entries(map_names::HOST_RATES, state.max_hosts)
             .load(OBJECT)?;
         egress_program(&mut ebpf)?.load()?;
+        install_marker(&mut ebpf)?;
         Ok(Self { ebpf, link: None })
     }
 
@@ -178,6 +181,21 @@ impl Datapath {
 /// their process).
 pub fn remove_stale_filter(iface: &str) {
     let _ = tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS);
+}
+
+/// Loads the ECN marker and puts it where the egress program's tail call looks for it.
+fn install_marker(ebpf: &mut Ebpf) -> Result<(), BpfError> {
+    let marker: &mut SchedClassifier = ebpf
+        .program_mut(program_names::MARK)
+        .ok_or(BpfError::Missing(program_names::MARK))?
+        .try_into()
+        .map_err(BpfError::Program)?;
+    marker.load()?;
+    let fd = marker.fd()?.try_clone()?;
+    let name = map_names::MARKER;
+    let mut slots = ProgramArray::try_from(ebpf.map_mut(name).ok_or(BpfError::Missing(name))?)
+        .map_err(map_err(name))?;
+    slots.set(0, &fd, 0).map_err(map_err(name))
 }
 
 fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {

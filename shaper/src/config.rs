@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use shaper_common::{
+    aqm::{self, AqmParams},
     datapath::{ShaperConfig, calendar_bin_ns},
     edt,
     isolation::{Isolation, prefix_mask},
@@ -46,6 +47,9 @@ pub struct FileConfig {
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
     pub isolation: Option<String>,
+    pub rtt: Option<String>,
+    pub ecn: Option<bool>,
+    pub split_gso: Option<bool>,
     #[serde(default)]
     pub fq: FqFile,
     #[serde(default)]
@@ -80,6 +84,9 @@ pub struct CliConfig {
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
     pub isolation: Option<String>,
+    pub rtt: Option<String>,
+    /// `--no-split-gso`: keep the device's GSO limits.
+    pub no_split_gso: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +120,13 @@ pub enum ConfigError {
     Mpu(u32),
     #[error("fq {what} must be between 1 and 1000000 (got {value})")]
     FqLimit { what: &'static str, value: u32 },
+    #[error("invalid rtt {text:?}: {reason}, or one of {presets}", presets = rtt_presets())]
+    Rtt {
+        text: String,
+        reason: time::DurationError,
+    },
+    #[error("rtt must be between 1us and 1h (got {text})")]
+    RttRange { text: String },
     #[error("unknown isolation mode {0:?}: use one of {modes}", modes = isolation_names())]
     Isolation(String),
     #[error("{what} must be between {min} and {max} (got {value})")]
@@ -122,6 +136,10 @@ pub enum ConfigError {
         min: u32,
         max: u32,
     },
+}
+
+fn rtt_presets() -> String {
+    aqm::RTT_PRESETS.map(|(name, _)| name).join(", ")
 }
 
 fn isolation_names() -> String {
@@ -162,6 +180,12 @@ pub struct Settings {
     pub isolation: Isolation,
     pub fq: FqParams,
     pub state: StateParams,
+    /// The RTT the AQM expects (CAKE's `rtt`): its interval, and 5% of it its target.
+    pub rtt_ns: u64,
+    /// Mark ECN-capable packets instead of dropping them.
+    pub ecn: bool,
+    /// Lower the device's GSO limits at low rates (CAKE's `split-gso`).
+    pub split_gso: bool,
 }
 
 impl Settings {
@@ -213,6 +237,21 @@ impl Settings {
             // fq must never drop before the data path: its horizon sits a second beyond ours.
             horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
         };
+        let rtt_ns = match cli.rtt.or(file_config.rtt) {
+            Some(text) => {
+                let ns = aqm::parse_rtt_ns(&text).map_err(|reason| ConfigError::Rtt {
+                    text: text.clone(),
+                    reason,
+                })?;
+                if !(1_000..=3_600_000_000_000).contains(&ns) {
+                    return Err(ConfigError::RttRange { text });
+                }
+                ns
+            }
+            None => aqm::DEFAULT_RTT_NS,
+        };
+        let ecn = file_config.ecn.unwrap_or(true);
+        let split_gso = !cli.no_split_gso && file_config.split_gso.unwrap_or(true);
         let isolation = match cli.isolation.or(file_config.isolation) {
             Some(name) => Isolation::parse(&name).ok_or(ConfigError::Isolation(name))?,
             None => Isolation::default(),
@@ -259,11 +298,21 @@ impl Settings {
             isolation,
             fq,
             state,
+            rtt_ns,
+            ecn,
+            split_gso,
         })
     }
 
-    /// The map value the data path reads.
-    pub fn datapath_config(&self) -> ShaperConfig {
+    /// The map value the data path reads, for a device whose full frames are `frame_bytes` on
+    /// the wire.
+    pub fn datapath_config(&self, frame_bytes: u32) -> ShaperConfig {
+        let ns_per_byte_fp = edt::ns_per_byte_fp(self.rate_bps);
+        let mut aqm =
+            AqmParams::for_rate(self.rtt_ns, ns_per_byte_fp, frame_bytes, self.horizon_ns);
+        if !self.ecn {
+            aqm.flags &= !aqm::flags::ECN;
+        }
         ShaperConfig {
             rate_bps: self.rate_bps,
             ns_per_byte_fp: edt::ns_per_byte_fp(self.rate_bps),
@@ -275,16 +324,19 @@ impl Settings {
             host_mask_v4: prefix_mask(self.state.host_prefix_v4, 1)[0],
             _pad: 0,
             host_mask_v6: prefix_mask(self.state.host_prefix_v6, 4),
-            calendar_bin_ns: calendar_bin_ns(edt::ns_per_byte_fp(self.rate_bps), self.horizon_ns),
+            calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp, self.horizon_ns),
+            aqm,
         }
     }
 
     pub fn describe(&self) -> String {
         format!(
-            "{} at {}, {} (horizon {} ms, overhead {}, mpu {})",
+            "{} at {}, {}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
             self.iface,
             DisplayRate(self.rate_bps),
             self.isolation.name(),
+            self.rtt_ns / 1_000,
+            if self.ecn { ", ecn" } else { "" },
             self.horizon_ns / 1_000_000,
             self.overhead_bytes,
             self.mpu_bytes
@@ -324,7 +376,7 @@ mod tests {
         assert_eq!(s.horizon_ns, 2_000_000_000);
         assert_eq!(s.fq.horizon_us, 3_000_000);
         assert_eq!(
-            s.datapath_config().ns_per_byte_fp,
+            s.datapath_config(1514).ns_per_byte_fp,
             edt::ns_per_byte_fp(100_000_000)
         );
     }
@@ -394,7 +446,7 @@ mod tests {
     fn isolation_and_state() {
         let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
         assert_eq!(s.isolation, Isolation::TripleIsolate);
-        let c = s.datapath_config();
+        let c = s.datapath_config(1514);
         assert_eq!(c.isolation, Isolation::TripleIsolate as u32);
         assert_eq!(c.host_mask_v4, u32::MAX);
         assert_eq!(c.host_mask_v6, [u32::MAX, u32::MAX, 0, 0]);

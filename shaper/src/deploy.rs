@@ -59,10 +59,11 @@ impl Deployment {
             warn!("ignoring unreadable state: {e}");
             None
         });
-        let mut datapath = Datapath::load(&settings.state)?;
-        datapath.configure(&settings.datapath_config())?;
-
         let mut sock = Socket::open()?;
+        let frame_bytes = iface.frame_bytes(&mut sock)?;
+        let mut datapath = Datapath::load(&settings.state)?;
+        datapath.configure(&settings.datapath_config(frame_bytes))?;
+
         let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
         let (original, mut clsact_added) = match &stale {
             Some(prev) => {
@@ -110,7 +111,7 @@ impl Deployment {
             .into());
         }
 
-        let original_gso = lower_gso(&mut sock, &iface, settings.rate_bps, &stale);
+        let original_gso = gso_for_rate(&mut sock, &iface, settings, &stale);
 
         let state = State {
             pid: std::process::id(),
@@ -223,15 +224,16 @@ fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError
     })
 }
 
-/// Sets the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`) and returns the limits
-/// to restore on exit (`None`: nothing to restore). The baseline is what the device had before
-/// any shaper: the limits found now, or those a previous unclean run recorded, so a restart at
-/// another rate starts from the device's own limits, not from the previous run's. A device that
-/// refuses is shaped anyway, with coarser packets (warned).
-fn lower_gso(
+/// Sets the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`; the device's own with
+/// `--no-split-gso`) and returns the limits to restore on exit (`None`: nothing to restore).
+/// The baseline is what the device had before any shaper: the limits found now, or those a
+/// previous unclean run recorded, so a restart at another rate starts from the device's own
+/// limits, not from the previous run's. A device that refuses is shaped anyway, with coarser
+/// packets (warned).
+fn gso_for_rate(
     sock: &mut Socket,
     iface: &Interface,
-    rate_bps: u64,
+    settings: &Settings,
     stale: &Option<State>,
 ) -> Option<GsoLimits> {
     let previous = stale.as_ref().and_then(|s| s.original_gso);
@@ -243,7 +245,11 @@ fn lower_gso(
         }
     };
     let baseline = previous.unwrap_or(current);
-    let wanted = GsoLimits::for_rate(rate_bps, baseline).unwrap_or(baseline);
+    let wanted = if settings.split_gso {
+        GsoLimits::for_rate(settings.rate_bps, baseline).unwrap_or(baseline)
+    } else {
+        baseline
+    };
     if wanted != current {
         match iface.set_gso_limits(sock, wanted) {
             Ok(()) => info!(

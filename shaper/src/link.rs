@@ -5,8 +5,8 @@ use std::{ffi::CString, os::unix::fs::MetadataExt};
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::{
-    Attrs, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE, IFLA_NUM_TX_QUEUES, NetlinkError, RTM_GETLINK,
-    RTM_NEWLINK, Socket, parse_attrs,
+    Attrs, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE, IFLA_MTU, IFLA_NUM_TX_QUEUES, NetlinkError,
+    RTM_GETLINK, RTM_NEWLINK, Socket, parse_attrs,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,12 @@ impl Interface {
     pub fn num_tx_queues(&self, sock: &mut Socket) -> Result<u32, LinkError> {
         let [queues] = self.link_u32s(sock, [IFLA_NUM_TX_QUEUES])?;
         Ok(queues.unwrap_or(1))
+    }
+
+    /// Wire bytes of a full-sized frame: the MTU plus an Ethernet header.
+    pub fn frame_bytes(&self, sock: &mut Socket) -> Result<u32, LinkError> {
+        let [mtu] = self.link_u32s(sock, [IFLA_MTU])?;
+        Ok(mtu.unwrap_or(1_500) + ETH_HEADER_BYTES)
     }
 
     /// The device's current GSO limits.
@@ -110,15 +116,20 @@ impl Interface {
 /// Largest GSO packet the kernel builds by default (without BIG TCP).
 const GSO_MAX_BYTES: u32 = 65_536;
 
+const ETH_HEADER_BYTES: u32 = 14;
+
 /// A full Ethernet frame: the unit of the GSO budget.
-const FRAME_BYTES: u32 = 1_514;
+const FRAME_BYTES: u32 = 1_500 + ETH_HEADER_BYTES;
 
 /// Longest a GSO super-packet may occupy the wire at the configured rate. One timestamp covers
 /// the whole super-packet: 64 KB at 50 Mbit/s is 10 ms released at once, which a downstream
-/// bottleneck turns into latency, and a flow paced at a few Mbit/s sends one every ~100 ms, too
-/// coarse for its clock and for the control loop's counts. CAKE splits GSO below 1 Gbit/s for
-/// the same reason; from clsact shaper cannot split, so it asks TCP to build smaller packets.
-pub const GSO_BUDGET_NS: u64 = 1_000_000;
+/// bottleneck turns into latency. What matters more is the time at a flow's own pace: a flow
+/// keeps about two packets queued (TCP Small Queues), so its queue, the one the AQM keeps near
+/// its target, is two super-packets at its share. With N flows that is 2·N·budget: 125 µs keeps
+/// 16 flows at 4 ms. CAKE splits GSO below 1 Gbit/s for the same reason; from clsact shaper
+/// cannot split, so it asks TCP to build smaller packets: one frame at 100 Mbit/s, ten at
+/// 1 Gbit/s, unchanged above 4 Gbit/s.
+pub const GSO_BUDGET_NS: u64 = 125_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GsoLimits {
@@ -163,44 +174,47 @@ mod tests {
     };
 
     #[test]
-    fn gso_is_limited_to_a_millisecond_at_the_rate() {
-        // 100 Mbit/s: 12.5 KB, 8 frames.
+    fn gso_is_limited_to_the_budget_at_the_rate() {
+        // 1 Gbit/s: 15.6 KB, 10 frames.
         assert_eq!(
-            GsoLimits::for_rate(100_000_000, DEFAULT),
+            GsoLimits::for_rate(1_000_000_000, DEFAULT),
             Some(GsoLimits {
-                max_size: 12_500,
-                max_segs: 8
+                max_size: 15_625,
+                max_segs: 10
             })
         );
-        // 10 Mbit/s: one frame per packet (TCP's two-segment minimum is overridden by segs).
-        assert_eq!(
-            GsoLimits::for_rate(10_000_000, DEFAULT),
-            Some(GsoLimits {
-                max_size: 3_028,
-                max_segs: 1
-            })
-        );
+        // 100 Mbit/s and below: one frame per packet (TCP's two-segment minimum is
+        // overridden by segs).
+        for rate in [100_000_000, 10_000_000] {
+            assert_eq!(
+                GsoLimits::for_rate(rate, DEFAULT),
+                Some(GsoLimits {
+                    max_size: 3_028,
+                    max_segs: 1
+                })
+            );
+        }
     }
 
     #[test]
     fn fast_rates_and_tighter_devices_are_left_alone() {
-        assert_eq!(GsoLimits::for_rate(1_000_000_000, DEFAULT), None);
+        assert_eq!(GsoLimits::for_rate(5_000_000_000, DEFAULT), None);
         let tight = GsoLimits {
             max_size: 8_000,
             max_segs: 4,
         };
-        assert_eq!(GsoLimits::for_rate(100_000_000, tight), None);
+        assert_eq!(GsoLimits::for_rate(600_000_000, tight), None);
         // Only ever lowered: a device limit below the budget is kept.
         assert_eq!(
             GsoLimits::for_rate(
-                100_000_000,
+                1_000_000_000,
                 GsoLimits {
                     max_size: 65_536,
                     max_segs: 4
                 }
             ),
             Some(GsoLimits {
-                max_size: 12_500,
+                max_size: 15_625,
                 max_segs: 4
             })
         );

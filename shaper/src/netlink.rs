@@ -34,6 +34,7 @@ pub const RTM_GETTFILTER: u16 = 46;
 pub const TCA_KIND: u16 = 1;
 pub const TCA_OPTIONS: u16 = 2;
 pub const TCA_STAB: u16 = 8;
+pub const IFLA_MTU: u16 = 4;
 pub const IFLA_NUM_TX_QUEUES: u16 = 31;
 pub const IFLA_GSO_MAX_SEGS: u16 = 40;
 pub const IFLA_GSO_MAX_SIZE: u16 = 41;

@@ -34,6 +34,14 @@ pub struct RunArgs {
     /// triple-isolate (default; CAKE's names, see docs/design.md for each).
     #[arg(long)]
     pub isolation: Option<String>,
+    /// The round-trip time the AQM expects (CAKE's `rtt`): a preset (datacentre 100us, lan
+    /// 1ms, metro 10ms, regional 30ms, internet 100ms (default), oceanic 300ms, satellite 1s,
+    /// interplanetary 1h) or a duration. Its interval; the target is 5% of it.
+    #[arg(long)]
+    pub rtt: Option<String>,
+    /// Keep the device's GSO limits (CAKE's `no-split-gso`): less CPU, burstier departures.
+    #[arg(long)]
+    pub no_split_gso: bool,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -47,6 +55,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         overhead: args.overhead,
         mpu: args.mpu,
         isolation: args.isolation,
+        rtt: args.rtt,
+        no_split_gso: args.no_split_gso,
     };
     let settings = Settings::resolve(cli, args.config.as_deref())?;
     probe::require_privileges()?;

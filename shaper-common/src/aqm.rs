@@ -1,0 +1,548 @@
+//! Active queue management on the scheduled delay: COBALT (CoDel's control law plus BLUE), as
+//! CAKE runs it, applied when a packet is stamped instead of when it is dequeued.
+//!
+//! A flow's queue is its departure clock minus now: how long its next packet will wait. That is
+//! known exactly when the packet is stamped, so the signal is taken then (one sojourn early,
+//! which only makes it sooner). The packet the law picks is ECN-marked if it can be, else
+//! dropped; a dropped packet books no wire time, so it costs the flow nothing but the signal.
+//!
+//! - **CoDel**: once the queue has stayed above `target` for an `interval`, signal, and keep
+//!   signalling at intervals shrinking as `interval / sqrt(count)` while it stays above; when it
+//!   falls below, stop, and let `count` decay by one per (shrinking) interval instead of
+//!   resetting it, so a flow that comes back soon is signalled at the rate that worked.
+//! - **BLUE**: a flow whose queue overflows its hard limit is not responding to CoDel (a UDP
+//!   flood). Each overflow raises a drop probability, each time its queue is found empty lowers
+//!   it, both at most once per `target`; packets are dropped at that probability whatever their
+//!   ECN marking (a flow that ignores drops ignores marks too).
+//!
+//! Everything is integer arithmetic that runs in BPF as it runs in the host's unit tests.
+
+/// Q32 fixed point: `u32::MAX` stands for 1.0.
+const ONE_Q32: u64 = 1 << 32;
+
+/// What BLUE adds on each overflow and takes away on each empty queue (Q32 probabilities):
+/// 1/256 up, 1/4096 down, so it rises fast under a flood and decays slowly after it.
+pub const BLUE_INCREMENT: u32 = 1 << 24;
+pub const BLUE_DECREMENT: u32 = 1 << 20;
+
+/// Parameters of the law, shared by all flows of an interface (written by the control plane).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AqmParams {
+    /// Acceptable standing queue (ns); zero disables the AQM.
+    pub target_ns: u64,
+    /// How long the queue may stay above target before the first signal, and the scale of the
+    /// signal spacing (ns): the RTT the flows are expected to have.
+    pub interval_ns: u64,
+    /// A flow's hard limit (ns of queue): beyond it packets are dropped and BLUE is told.
+    pub limit_ns: u64,
+    /// Wire bytes of one full-sized frame: a queue of two of them at the flow's pace is not a
+    /// standing queue, whatever the target says.
+    pub mtu_bytes: u32,
+    /// `flags::*`.
+    pub flags: u32,
+}
+
+pub mod flags {
+    /// Mark ECN-capable packets instead of dropping them.
+    pub const ECN: u32 = 1 << 0;
+}
+
+/// CAKE's RTT presets (the interval; the target is 5% of it).
+pub const RTT_PRESETS: [(&str, u64); 8] = [
+    ("datacentre", 100_000),
+    ("lan", 1_000_000),
+    ("metro", 10_000_000),
+    ("regional", 30_000_000),
+    ("internet", 100_000_000),
+    ("oceanic", 300_000_000),
+    ("satellite", 1_000_000_000),
+    ("interplanetary", 3_600_000_000_000),
+];
+
+/// The default preset (`internet`).
+pub const DEFAULT_RTT_NS: u64 = 100_000_000;
+
+impl AqmParams {
+    /// Target and interval for an expected RTT at a rate: the target is 5% of the RTT, raised so
+    /// that one and a half full frames at the rate fit in it (at low rates one frame takes longer
+    /// than 5% of the RTT, and a target below it would signal a queue that is only one packet);
+    /// the interval grows by what the target grew, and stays at least twice the target.
+    /// `limit_ns` is four intervals: summed over the flows at their fair shares that is CAKE's
+    /// default buffer (four intervals at the rate), capped by the horizon.
+    pub fn for_rate(rtt_ns: u64, ns_per_byte_fp: u64, mtu_bytes: u32, horizon_ns: u64) -> Self {
+        let base_target = (rtt_ns / 20).max(1);
+        let frame = crate::edt::tx_time_ns(mtu_bytes as u64, ns_per_byte_fp);
+        let target = base_target.max(frame * 3 / 2);
+        let interval = (rtt_ns + target - base_target).max(target * 2);
+        Self {
+            target_ns: target,
+            interval_ns: interval,
+            limit_ns: interval.saturating_mul(4).min(horizon_ns),
+            mtu_bytes,
+            flags: flags::ECN,
+        }
+    }
+
+    pub const fn enabled(&self) -> bool {
+        self.target_ns != 0
+    }
+}
+
+/// A flow's COBALT state (part of its map entry; zero is a quiet flow).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AqmState {
+    /// While signalling: when the next signal is due. While not, with `count > 0`: when
+    /// `count` decays next; with `count == 0`: unused.
+    pub next_ns: u64,
+    /// When BLUE last moved its probability (it moves at most once per target).
+    pub blue_ns: u64,
+    /// Signals in the current episode (decays, does not reset).
+    pub count: u32,
+    /// `1/sqrt(count)` in Q32.
+    pub inv_sqrt: u32,
+    /// BLUE's drop probability in Q32.
+    pub p_drop: u32,
+    /// Non-zero while the queue stands above target.
+    pub signalling: u32,
+}
+
+/// What to do with the packet at hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// Set CE (the packet is ECN-capable and ECN is on).
+    Mark,
+    /// CoDel's signal on a packet that cannot carry a mark.
+    DropCodel,
+    /// BLUE's probabilistic drop.
+    DropBlue,
+    /// Beyond the flow's hard limit.
+    DropOverlimit,
+}
+
+/// Newton steps per change of `count`: from 1.0 at count 1, five reach 1/sqrt(2) within 1e-5;
+/// after that count moves by one and two would do, but a fixed number keeps it branch-free.
+const NEWTON_STEPS: usize = 5;
+
+/// `1/sqrt(count)` in Q32, refined from the previous value by Newton's method.
+///
+/// No lookup table and no branches in the steps: the BPF verifier tracks a value used as an
+/// index precisely, and would then keep every path through the control law apart instead of
+/// merging them. The steps are safe without checks because `count` only moves by one from a
+/// value at or below the exact root (Newton's iteration for 1/sqrt approaches it from below),
+/// so `count × previous²` stays below 2.
+#[inline(always)]
+pub fn inv_sqrt(count: u32, previous: u32) -> u32 {
+    if count < 2 {
+        return u32::MAX;
+    }
+    let mut y = previous as u64;
+    for _ in 0..NEWTON_STEPS {
+        // y' = y (3 - n y²) / 2, in Q32 without 128-bit products.
+        let y2 = (y * y) >> 32;
+        let factor = (3 * ONE_Q32).wrapping_sub(count as u64 * y2) >> 2; // (3 - n y²) / 4
+        y = (y * factor) >> 31;
+    }
+    y as u32
+}
+
+/// `t + interval / sqrt(count)`, from the cached inverse square root: the spacing of signals
+/// shrinks as the square root of how many were needed, CoDel's control law. (Not
+/// `sqrt(interval / count)`, nor `interval / count`: those make the spacing collapse far too
+/// fast.)
+#[inline(always)]
+pub fn control_law(t_ns: u64, interval_ns: u64, inv_sqrt: u32) -> u64 {
+    // interval × inv_sqrt / 2^32 in two 16-bit halves: exact to 1 ns for intervals up to
+    // 2^48 ns (78 hours) with no 128-bit multiply (BPF has none).
+    let hi = (inv_sqrt >> 16) as u64;
+    let lo = (inv_sqrt & 0xffff) as u64;
+    t_ns + ((interval_ns * hi) >> 16) + ((interval_ns * lo) >> 32)
+}
+
+impl AqmState {
+    /// The flow's queue would overflow its hard limit: BLUE tightens, and CoDel is put on
+    /// alert so that its next due signal is not an interval away.
+    #[inline(always)]
+    pub fn queue_full(&mut self, p: &AqmParams, now_ns: u64) {
+        if now_ns.saturating_sub(self.blue_ns) > p.target_ns {
+            self.p_drop = self.p_drop.saturating_add(BLUE_INCREMENT);
+            self.blue_ns = now_ns;
+        }
+        if self.signalling == 0 {
+            self.signalling = 1;
+            self.next_ns = now_ns;
+        }
+        if self.count == 0 {
+            self.count = 1;
+            self.inv_sqrt = u32::MAX;
+        }
+    }
+
+    /// Decides for a packet that will wait `queue_ns` behind its flow's earlier packets;
+    /// `empty` says the flow's queue had drained when it came (its clock had passed), which
+    /// relaxes BLUE. `floor_ns` is the smallest queue that counts as standing for this flow
+    /// (the target, raised for flows whose own pace makes two frames take longer); `ect` says
+    /// whether the packet can carry a mark; `random` is a uniform u32 for BLUE.
+    ///
+    /// `count` changes in one place, so the data path carries one copy of the square root.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_packet(
+        &mut self,
+        p: &AqmParams,
+        now_ns: u64,
+        queue_ns: u64,
+        empty: bool,
+        floor_ns: u64,
+        ect: bool,
+        random: u32,
+    ) -> Verdict {
+        if queue_ns > p.limit_ns {
+            self.queue_full(p, now_ns);
+            return Verdict::DropOverlimit;
+        }
+        if empty && self.p_drop != 0 && now_ns.saturating_sub(self.blue_ns) > p.target_ns {
+            self.p_drop = self.p_drop.saturating_sub(BLUE_DECREMENT);
+            self.blue_ns = now_ns;
+        }
+        let due = self.count != 0 && now_ns >= self.next_ns;
+        if queue_ns > floor_ns {
+            if self.signalling == 0 {
+                // First time above: the first signal comes one (scaled) interval from now,
+                // unless the queue falls below in the meantime. A flow still decaying from a
+                // recent episode resumes at the spacing that worked then.
+                self.signalling = 1;
+                let spacing = if self.count < 2 {
+                    u32::MAX
+                } else {
+                    self.inv_sqrt
+                };
+                self.next_ns = control_law(now_ns, p.interval_ns, spacing);
+            }
+            if self.count == 0 {
+                self.count = 1;
+                self.inv_sqrt = u32::MAX;
+            }
+        } else {
+            self.signalling = 0;
+        }
+
+        let mut verdict = Verdict::Pass;
+        if due {
+            // Above target: signal, and the next comes sooner. Below: the count decays by one
+            // per (shrinking) interval instead of resetting, so a flow that comes back soon is
+            // signalled at the rate that worked.
+            let signal = self.signalling != 0;
+            if signal {
+                verdict = if ect && p.flags & flags::ECN != 0 {
+                    Verdict::Mark
+                } else {
+                    Verdict::DropCodel
+                };
+                self.count = self.count.saturating_add(1);
+            } else {
+                self.count -= 1;
+            }
+            self.inv_sqrt = inv_sqrt(self.count, self.inv_sqrt);
+            self.next_ns = control_law(self.next_ns, p.interval_ns, self.inv_sqrt);
+            if verdict == Verdict::Mark && self.next_ns < now_ns {
+                // A mark does not shorten the queue now: do not let a backlog of due marks
+                // fire on consecutive packets (a drop does, and may).
+                self.next_ns = now_ns;
+            }
+        }
+
+        if verdict == Verdict::Pass && self.p_drop != 0 && random < self.p_drop {
+            verdict = Verdict::DropBlue;
+        }
+        if self.count == 0 {
+            // Quiet: nothing pending; keep the decay clock from pointing into the past.
+            self.next_ns = now_ns + p.interval_ns;
+        }
+        verdict
+    }
+}
+
+/// The smallest queue that counts as standing for a flow paced at `flow_ns_per_byte_fp` on a
+/// link at `rate_ns_per_byte_fp`: the target, or two full frames at the flow's own pace, or
+/// four at the link's, whichever is longest (CAKE's rule, with the flow's pace in place of the
+/// rate divided by the bulk flows).
+#[inline(always)]
+pub fn standing_floor_ns(p: &AqmParams, flow_ns_per_byte_fp: u64, rate_ns_per_byte_fp: u64) -> u64 {
+    let at_flow = 2 * crate::edt::tx_time_ns(p.mtu_bytes as u64, flow_ns_per_byte_fp);
+    let at_rate = 4 * crate::edt::tx_time_ns(p.mtu_bytes as u64, rate_ns_per_byte_fp);
+    let mut floor = p.target_ns;
+    if at_flow > floor {
+        floor = at_flow;
+    }
+    if at_rate > floor {
+        floor = at_rate;
+    }
+    floor
+}
+
+/// Parses an RTT as CAKE does: a preset name or a duration.
+pub fn parse_rtt_ns(text: &str) -> Result<u64, crate::time::DurationError> {
+    for (name, ns) in RTT_PRESETS {
+        if text == name {
+            return Ok(ns);
+        }
+    }
+    crate::time::parse_duration_ns(text)
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::edt::ns_per_byte_fp;
+
+    const MS: u64 = 1_000_000;
+
+    fn params() -> AqmParams {
+        AqmParams {
+            target_ns: 5 * MS,
+            interval_ns: 100 * MS,
+            limit_ns: 400 * MS,
+            mtu_bytes: 1514,
+            flags: flags::ECN,
+        }
+    }
+
+    fn q32(x: f64) -> f64 {
+        x * ONE_Q32 as f64
+    }
+
+    #[test]
+    fn inverse_square_root_is_accurate_as_count_climbs_and_falls() {
+        let mut y = u32::MAX;
+        for n in 0..100_000u32 {
+            y = inv_sqrt(n, y);
+            let exact = if n < 2 { 1.0 } else { 1.0 / (n as f64).sqrt() };
+            let err = (y as f64 - q32(exact)).abs() / q32(exact);
+            assert!(err < 1e-4, "n={n}: {y} vs {}", q32(exact));
+        }
+        for n in (2..100_000u32).rev() {
+            y = inv_sqrt(n, y);
+            let err =
+                (y as f64 - q32(1.0 / (n as f64).sqrt())).abs() / q32(1.0 / (n as f64).sqrt());
+            assert!(err < 1e-4, "n={n} falling");
+        }
+        // Down to 1 and up again, as after a long quiet spell.
+        assert_eq!(inv_sqrt(1, y), u32::MAX);
+        let y2 = inv_sqrt(2, u32::MAX);
+        assert!((y2 as f64 - q32(0.5f64.sqrt())).abs() < q32(1e-5));
+    }
+
+    #[test]
+    fn control_law_spacing_is_interval_over_sqrt_count() {
+        // The precedence that matters: interval / sqrt(count), not sqrt(interval / count) and
+        // not interval / count.
+        let interval = 100 * MS;
+        for (count, spacing) in [
+            (1u32, 100 * MS),
+            (4, 50 * MS),
+            (16, 25 * MS),
+            (100, 10 * MS),
+        ] {
+            let mut y = u32::MAX;
+            for n in 0..=count {
+                y = inv_sqrt(n, y);
+            }
+            let got = control_law(1_000, interval, y) - 1_000;
+            let err = got.abs_diff(spacing);
+            assert!(
+                err <= spacing / 10_000 + 1,
+                "count {count}: {got} vs {spacing}"
+            );
+        }
+        // Very long intervals do not overflow (interplanetary: an hour).
+        let hour = 3_600_000_000_000u64;
+        assert!(control_law(0, hour, u32::MAX).abs_diff(hour) < 1_000);
+    }
+
+    /// Feeds a flow whose queue stays at `queue` for `duration`, one packet every `gap`;
+    /// returns the times of the signals.
+    fn run(
+        s: &mut AqmState,
+        p: &AqmParams,
+        start: u64,
+        duration: u64,
+        gap: u64,
+        queue: u64,
+        ect: bool,
+    ) -> Vec<(u64, Verdict)> {
+        let mut out = Vec::new();
+        let mut t = start;
+        while t < start + duration {
+            let v = s.on_packet(p, t, queue, false, p.target_ns, ect, u32::MAX);
+            if v != Verdict::Pass {
+                out.push((t, v));
+            }
+            t += gap;
+        }
+        out
+    }
+
+    #[test]
+    fn no_signal_below_target_or_within_the_first_interval() {
+        let p = params();
+        let mut s = AqmState::default();
+        assert!(run(&mut s, &p, 0, 2_000 * MS, MS / 10, 4 * MS, false).is_empty());
+        let mut s = AqmState::default();
+        let signals = run(&mut s, &p, 0, 99 * MS, MS / 10, 20 * MS, false);
+        assert!(signals.is_empty(), "{signals:?}");
+    }
+
+    #[test]
+    fn signals_follow_codel_spacing_while_above_target() {
+        let p = params();
+        let mut s = AqmState::default();
+        let signals = run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
+        let times: Vec<u64> = signals.iter().map(|(t, _)| *t).collect();
+        // First one interval after the queue first stood above target.
+        assert!(times[0].abs_diff(100 * MS) <= MS / 100, "{times:?}");
+        // Then at interval/sqrt(count) after each, count being 2 after the first signal (the
+        // episode started at 1 when the queue first stood above target), 3 after the second...
+        for (i, w) in times.windows(2).enumerate() {
+            let count = (i + 2) as f64;
+            let want = 100.0 * MS as f64 / count.sqrt();
+            let got = (w[1] - w[0]) as f64;
+            assert!(
+                (got - want).abs() <= MS as f64 / 100.0 + 1.0,
+                "signal {i}: {got} vs {want}"
+            );
+        }
+        // In one second: the first at 100 ms, then spacings 100/sqrt(k) ms for k = 2, 3, ...,
+        // whose sum reaches 900 ms at k = 33.
+        assert_eq!(times.len(), 32);
+    }
+
+    #[test]
+    fn ecn_capable_packets_are_marked_not_dropped() {
+        let p = params();
+        let mut s = AqmState::default();
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        assert!(!signals.is_empty());
+        assert!(signals.iter().all(|(_, v)| *v == Verdict::Mark));
+        // Without ECN enabled they are dropped.
+        let p = AqmParams {
+            flags: 0,
+            ..params()
+        };
+        let mut s = AqmState::default();
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
+    }
+
+    #[test]
+    fn count_decays_instead_of_resetting_and_a_quick_return_resumes_fast() {
+        let p = params();
+        let mut s = AqmState::default();
+        run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        let peak = s.count;
+        assert!(peak > 10);
+        // Below target for a short while: the count decays a little, not to zero.
+        run(&mut s, &p, 1_000 * MS, 50 * MS, MS / 100, MS, false);
+        assert!(s.count > 0 && s.count < peak, "{} of {peak}", s.count);
+        assert_eq!(s.signalling, 0);
+        // Back above: the first signal comes well within an interval.
+        let signals = run(&mut s, &p, 1_050 * MS, 100 * MS, MS / 100, 20 * MS, false);
+        assert!(signals[0].0 < 1_050 * MS + 60 * MS, "{signals:?}");
+        // A long quiet spell (empty queues) decays it fully.
+        let mut t = 1_200 * MS;
+        for _ in 0..10_000 {
+            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            t += 10 * MS;
+        }
+        assert_eq!(s.count, 0);
+    }
+
+    #[test]
+    fn blue_rises_on_overflow_and_drops_regardless_of_ecn() {
+        let p = params();
+        let mut s = AqmState::default();
+        // Overflow every millisecond for a second: at most once per target counts.
+        for i in 0..1_000 {
+            assert_eq!(
+                s.on_packet(&p, i * MS, 500 * MS, false, p.target_ns, true, u32::MAX),
+                Verdict::DropOverlimit
+            );
+        }
+        let steps = (s.p_drop / BLUE_INCREMENT) as u64;
+        assert!((160..=200).contains(&steps), "{steps}");
+        // Below the limit, an ECN-capable packet drawn under p_drop is still dropped.
+        let t = 1_000 * MS;
+        assert_eq!(
+            s.on_packet(&p, t, MS, false, p.target_ns, true, 0),
+            Verdict::DropBlue
+        );
+        assert_ne!(
+            s.on_packet(&p, t, MS, false, p.target_ns, true, u32::MAX),
+            Verdict::DropBlue
+        );
+        // Empty queues bring it back down, slowly.
+        let before = s.p_drop;
+        let mut t = 2_000 * MS;
+        for _ in 0..10 {
+            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            t += 10 * MS;
+        }
+        assert_eq!(before - s.p_drop, 10 * BLUE_DECREMENT);
+    }
+
+    #[test]
+    fn target_is_raised_at_low_rates_so_a_frame_fits() {
+        // 100 Mbit/s, internet: 5 ms / 100 ms, limit 400 ms.
+        let p = AqmParams::for_rate(
+            DEFAULT_RTT_NS,
+            ns_per_byte_fp(100_000_000),
+            1514,
+            2_000 * MS,
+        );
+        assert_eq!(
+            (p.target_ns, p.interval_ns, p.limit_ns),
+            (5 * MS, 100 * MS, 400 * MS)
+        );
+        // 1 Mbit/s: one frame is 12.1 ms; target 18.2 ms, interval grows by the same.
+        let p = AqmParams::for_rate(DEFAULT_RTT_NS, ns_per_byte_fp(1_000_000), 1514, 2_000 * MS);
+        assert_eq!(p.target_ns, 18_168_000);
+        assert_eq!(p.interval_ns, 100 * MS + 18_168_000 - 5 * MS);
+        // datacentre at 10 Gbit/s: 5 us / 100 us; the interval stays at least twice the target.
+        let p = AqmParams::for_rate(100_000, ns_per_byte_fp(10_000_000_000), 1514, 2_000 * MS);
+        assert_eq!((p.target_ns, p.interval_ns), (5_000, 100_000));
+        // The horizon caps the hard limit.
+        let p = AqmParams::for_rate(1_000 * MS, ns_per_byte_fp(100_000_000), 1514, 2_000 * MS);
+        assert_eq!(p.limit_ns, 2_000 * MS);
+    }
+
+    #[test]
+    fn floor_is_two_frames_at_the_flows_pace() {
+        let p = params();
+        let rate = ns_per_byte_fp(100_000_000);
+        // A flow at 50 Mbit/s: two frames take 0.48 ms, the target wins.
+        assert_eq!(
+            standing_floor_ns(&p, ns_per_byte_fp(50_000_000), rate),
+            5 * MS
+        );
+        // A flow at 1 Mbit/s: two frames take 24.2 ms.
+        assert_eq!(
+            standing_floor_ns(&p, ns_per_byte_fp(1_000_000), rate),
+            24_224_000
+        );
+    }
+
+    #[test]
+    fn rtt_presets_and_durations() {
+        assert_eq!(parse_rtt_ns("internet"), Ok(100 * MS));
+        assert_eq!(parse_rtt_ns("datacentre"), Ok(100_000));
+        assert_eq!(parse_rtt_ns("interplanetary"), Ok(3_600_000 * MS));
+        assert_eq!(parse_rtt_ns("30ms"), Ok(30 * MS));
+        assert!(parse_rtt_ns("intranet").is_err());
+    }
+}
