@@ -4,7 +4,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 use shaper_common::{
-    datapath::{DropReason, FlowKey, FlowState, HostRate, HostState, PassReason},
+    datapath::{
+        DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, PassReason,
+        delay_bucket_upper_ns,
+    },
     edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
     rate::DisplayRate,
 };
@@ -32,6 +35,45 @@ pub struct Report {
     pub calendar_delayed: u64,
     /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
+    /// Packets the AQM CE-marked.
+    pub ecn_marked: u64,
+    /// Packets of sparse flows, sent at once ahead of the bulk flows.
+    pub sparse: u64,
+    /// Frames by scheduled delay (departure minus stamping time): what each waited in fq.
+    pub delay_hist: Vec<DelayBucket>,
+    /// The median and 99th percentile of that delay, as the upper bound of their bucket (µs).
+    pub delay_p50_us: Option<u64>,
+    pub delay_p99_us: Option<u64>,
+}
+
+/// Frames whose scheduled delay was below `below_us` (and at or above the previous bucket's).
+#[derive(Debug, Serialize)]
+pub struct DelayBucket {
+    /// `None` for the last, open-ended bucket.
+    pub below_us: Option<u64>,
+    pub frames: u64,
+}
+
+/// The upper bound (µs) of the bucket holding quantile `q` of the frames.
+fn quantile_us(hist: &[u64; DELAY_BUCKETS], q: f64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, n) in hist.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            let upper = delay_bucket_upper_ns(i);
+            return Some(if upper == u64::MAX {
+                u64::MAX
+            } else {
+                upper / 1_000
+            });
+        }
+    }
+    None
 }
 
 impl Report {
@@ -62,6 +104,22 @@ impl Report {
             clock_contended: view.stats.clock_contended,
             calendar_delayed: view.stats.calendar_delayed,
             backlog_ns: view.backlog_ns,
+            ecn_marked: view.stats.ecn_marked,
+            sparse: view.stats.sparse,
+            delay_hist: view
+                .stats
+                .delay_hist
+                .iter()
+                .enumerate()
+                .map(|(i, &frames)| DelayBucket {
+                    below_us: Some(delay_bucket_upper_ns(i))
+                        .filter(|&u| u != u64::MAX)
+                        .map(|u| u / 1_000),
+                    frames,
+                })
+                .collect(),
+            delay_p50_us: quantile_us(&view.stats.delay_hist, 0.5),
+            delay_p99_us: quantile_us(&view.stats.delay_hist, 0.99),
         }
     }
 
@@ -73,7 +131,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes\n  backlog: {:.3} ms scheduled ahead\n  dropped: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
             self.iface,
             self.ifindex,
             self.pid,
@@ -84,12 +142,25 @@ impl Report {
             self.horizon_ns / 1_000_000,
             self.packets,
             self.bytes,
+            self.sparse,
             self.backlog_ns as f64 / 1e6,
+            show_us(self.delay_p50_us),
+            show_us(self.delay_p99_us),
             list(&self.dropped),
+            self.ecn_marked,
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,
         )
+    }
+}
+
+fn show_us(us: Option<u64>) -> String {
+    match us {
+        None => "-".into(),
+        Some(u64::MAX) => "inf".into(),
+        Some(us) if us >= 1_000 => format!("{:.1} ms", us as f64 / 1e3),
+        Some(us) => format!("{us} us"),
     }
 }
 
@@ -113,6 +184,10 @@ pub struct FlowRow {
     pub packets: u64,
     /// How far ahead its clock is (its queue, in time).
     pub scheduled_ns: u64,
+    /// The AQM's signal count in the flow's current episode (0: never or fully decayed).
+    pub aqm_count: u32,
+    /// BLUE's drop probability for the flow (0 to 1).
+    pub blue_p_drop: f64,
 }
 
 /// The `top` hosts by bytes.
@@ -149,6 +224,8 @@ pub fn flow_rows(flows: Vec<(FlowKey, FlowState)>, now_ns: u64, top: usize) -> V
             bytes: f.bytes,
             packets: f.packets,
             scheduled_ns: f.clock_ns.saturating_sub(now_ns),
+            aqm_count: f.aqm.count,
+            blue_p_drop: f.aqm.p_drop as f64 / (1u64 << 32) as f64,
         })
         .collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));

@@ -1,0 +1,222 @@
+//! The AQM in the running kernel (BPF_PROG_TEST_RUN): CoDel's signal on a flow whose queue
+//! stands above target for an interval (a CE mark for ECN-capable packets, IPv4 with its
+//! checksum fixed and IPv6; a drop otherwise, which books no wire time), the hard limit with
+//! BLUE, and sparse flows leaving ahead of a bulk flow's queue.
+
+use std::{thread::sleep, time::Duration};
+
+use shaper::bpf::monotonic_now_ns;
+use shaper_common::{
+    aqm::{AqmParams, flags},
+    datapath::{DropReason, ShaperConfig},
+    edt::{ns_per_byte_fp, tx_time_ns},
+    isolation::Isolation,
+};
+use shaper_tests::{
+    DROP, Harness, PASS, config,
+    packet::{self, ETH_P_IPV6, Frame, UDP},
+    skb::SkbContext,
+};
+
+const MS: u64 = 1_000_000;
+const RATE: u64 = 10_000_000;
+const FRAME: usize = 1514;
+/// Full frames queued back to back: 24 ms at 10 Mbit/s, far above the standing floor (four
+/// frames at the rate, 4.8 ms) and the target.
+const BURST: usize = 20;
+
+const ECT0: u8 = 0b10;
+const ECT1: u8 = 0b01;
+const CE: u8 = 0b11;
+
+fn harness(limit_ns: u64) -> Harness {
+    Harness::new(ShaperConfig {
+        isolation: Isolation::Flows as u32,
+        aqm: AqmParams {
+            target_ns: MS,
+            interval_ns: 5 * MS,
+            limit_ns,
+            mtu_bytes: FRAME as u32,
+            flags: flags::ECN,
+        },
+        ..config(RATE, 10_000 * MS)
+    })
+}
+
+/// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum.
+fn tcp4(port: u16, ecn: u8) -> Vec<u8> {
+    let mut f = packet::tcp4_flow([10, 0, 0, 1], [10, 0, 0, 2], port, 5201, FRAME);
+    f[15] = ecn;
+    let sum = ipv4_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// An IPv6 UDP frame with the given ECN bits (traffic class 0 otherwise).
+fn udp6(ecn: u8) -> Vec<u8> {
+    let payload = FRAME - 14 - 40 - 8;
+    let mut l4 = packet::udp_header(4000, 4001, payload);
+    l4.extend(std::iter::repeat_n(0x11, payload));
+    let mut ip = packet::ipv6(UDP, 1, 2, &l4);
+    ip[1] |= ecn << 4;
+    Frame::ether_type(ETH_P_IPV6).payload(ip).build()
+}
+
+/// The one's-complement sum of a header whose checksum field is zero, or the check of one
+/// that has it (0 when valid).
+fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Queues a burst for the flow of `frame`, waits past the interval, and returns the outcome of
+/// the next packet: the one CoDel signals.
+fn standing_queue_then_one_more(h: &mut Harness, frame: &[u8]) -> shaper_tests::Outcome {
+    for _ in 0..BURST {
+        assert_eq!(h.run(frame, &SkbContext::default()).verdict, PASS);
+    }
+    sleep(Duration::from_millis(7));
+    h.run(frame, &SkbContext::default())
+}
+
+#[test]
+fn ecn_capable_ipv4_is_marked_with_a_valid_checksum() {
+    let mut h = harness(1_000 * MS);
+    let frame = tcp4(40_000, ECT0);
+    let out = standing_queue_then_one_more(&mut h, &frame);
+    assert_eq!(out.verdict, PASS, "a marked packet goes on");
+    assert_ne!(out.ctx.tstamp(), 0, "and keeps its departure time");
+    assert_eq!(out.data[15] & 0b11, CE, "CE set");
+    assert_eq!(out.data[15] >> 2, frame[15] >> 2, "DSCP untouched");
+    assert_eq!(
+        ipv4_checksum(&out.data[14..34]),
+        0,
+        "header checksum still valid"
+    );
+    let stats = h.view().stats;
+    assert_eq!(stats.ecn_marked, 1);
+    assert_eq!(stats.dropped.iter().sum::<u64>(), 0);
+}
+
+#[test]
+fn ecn_capable_ipv6_is_marked() {
+    let mut h = harness(1_000 * MS);
+    let frame = udp6(ECT1);
+    let out = standing_queue_then_one_more(&mut h, &frame);
+    assert_eq!(out.verdict, PASS);
+    assert_eq!(
+        (out.data[14 + 1] >> 4) & 0b11,
+        CE,
+        "CE in the traffic class"
+    );
+    assert_eq!(
+        out.data[14] & 0x0f,
+        frame[14] & 0x0f,
+        "the rest of the class kept"
+    );
+    assert_eq!(h.view().stats.ecn_marked, 1);
+}
+
+#[test]
+fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
+    let mut h = harness(1_000 * MS);
+    let frame = tcp4(40_001, 0);
+    let out = standing_queue_then_one_more(&mut h, &frame);
+    assert_eq!(out.verdict, DROP);
+    let stats = h.view().stats;
+    assert_eq!(stats.dropped[DropReason::Codel as usize], 1);
+    assert_eq!(stats.ecn_marked, 0);
+    // The flow's clock did not move for the dropped packet: the next one departs right after
+    // the burst (the signal is not due again for a while).
+    let next = h.run(&frame, &SkbContext::default());
+    assert_eq!(next.verdict, PASS);
+    let flows = h.datapath.flows(16).expect("flows");
+    let (_, flow) = flows
+        .iter()
+        .find(|(k, _)| k.src_port == 40_001)
+        .expect("flow");
+    assert_eq!(
+        flow.packets,
+        BURST as u64 + 1,
+        "dropped packets are not counted as sent"
+    );
+    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    assert_eq!(flow.clock_ns - next.ctx.tstamp(), tx);
+}
+
+#[test]
+fn the_hard_limit_drops_and_raises_blue() {
+    // A 10 ms limit: a burst of 20 frames (24 ms) overflows it after 8 or 9 of them.
+    let mut h = harness(10 * MS);
+    let frame = tcp4(40_002, ECT0);
+    let verdicts: Vec<u32> = (0..BURST)
+        .map(|_| h.run(&frame, &SkbContext::default()).verdict)
+        .collect();
+    let passed = verdicts.iter().filter(|v| **v == PASS).count();
+    assert!((8..=10).contains(&passed), "{verdicts:?}");
+    let stats = h.view().stats;
+    assert_eq!(
+        stats.dropped[DropReason::Overlimit as usize],
+        (BURST - passed) as u64,
+        "ECN-capable or not, beyond the limit is a drop"
+    );
+    let flows = h.datapath.flows(16).expect("flows");
+    let (_, flow) = flows
+        .iter()
+        .find(|(k, _)| k.src_port == 40_002)
+        .expect("flow");
+    assert!(flow.aqm.p_drop > 0, "BLUE was told");
+}
+
+#[test]
+fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
+    let mut h = harness(1_000 * MS);
+    let bulk = tcp4(40_003, 0);
+    let mut last = 0;
+    for _ in 0..BURST {
+        last = h.run(&bulk, &SkbContext::default()).ctx.tstamp();
+    }
+    let before = monotonic_now_ns();
+    assert!(
+        last > before + 15 * MS,
+        "the bulk flow is queued ~24 ms ahead"
+    );
+    // A ping-like packet of another flow: it leaves now, not behind the 24 ms.
+    let sparse = tcp4(40_004, 0);
+    let out = h.run(&sparse, &SkbContext::default());
+    assert_eq!(out.verdict, PASS);
+    let after = monotonic_now_ns();
+    assert!(
+        out.ctx.tstamp() >= before && out.ctx.tstamp() <= after,
+        "departs at stamping time: {} not in [{before}, {after}]",
+        out.ctx.tstamp()
+    );
+    let sparse_before = h.view().stats.sparse;
+    assert!(
+        sparse_before >= 2,
+        "the bulk flow's first packet and this one"
+    );
+    // Its very next packet is no longer sparse: its own clock now runs ahead of now.
+    h.run(&sparse, &SkbContext::default());
+    assert_eq!(h.view().stats.sparse, sparse_before);
+}
+
+#[test]
+fn scheduled_delay_is_histogrammed_per_frame() {
+    let mut h = harness(1_000 * MS);
+    let frame = tcp4(40_005, 0);
+    for _ in 0..BURST {
+        h.run(&frame, &SkbContext::default());
+    }
+    let hist = h.view().stats.delay_hist;
+    assert_eq!(hist.iter().sum::<u64>(), BURST as u64);
+    // The first waits nothing; the last about 23 ms (bucket [16.4, 32.8) ms).
+    assert!(hist[0] >= 1, "{hist:?}");
+    assert!(hist[9] >= 1, "{hist:?}");
+}
