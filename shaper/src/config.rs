@@ -15,15 +15,20 @@ use shaper_common::{
 
 use crate::qdisc::FqParams;
 
+/// A full Ethernet frame, for sizing before the device is known.
+const FRAME_BYTES: u32 = 1_514;
+
 /// Defaults, with the reasons.
 pub mod defaults {
     /// Last-resort bound on how far ahead a departure may be scheduled. The same as Cilium's
     /// bandwidth manager; shorter queues are the AQM's job, not the horizon's.
     pub const HORIZON: &str = "2s";
-    /// fq's default total limit.
+    /// fq's default total limit: the least shaper asks for (more at high rates, see
+    /// `Settings::resolve`).
     pub const FQ_LIMIT_PACKETS: u32 = 10_000;
-    /// Per-flow packets in fq: high enough that fq never tail-drops a flow before the data path's
-    /// horizon would (forwarded traffic is not bounded by TCP Small Queues).
+    /// Per-flow packets in fq: the least shaper asks for; at high rates enough for one flow at
+    /// the whole rate for the AQM's hard limit, so that fq never tail-drops before the data
+    /// path's AQM does (forwarded traffic is not bounded by TCP Small Queues).
     pub const FQ_FLOW_LIMIT_PACKETS: u32 = 1_000;
     /// A host is an IPv4 address, or an IPv6 /64 (what one site or device usually gets).
     pub const HOST_PREFIX_V4: u32 = 32;
@@ -227,16 +232,6 @@ impl Settings {
             v @ 1..=1_000_000 => Ok(v),
             value => Err(ConfigError::FqLimit { what, value }),
         };
-        let fq = FqParams {
-            limit_packets: limit("limit", file_config.fq.limit, defaults::FQ_LIMIT_PACKETS)?,
-            flow_limit_packets: limit(
-                "flow-limit",
-                file_config.fq.flow_limit,
-                defaults::FQ_FLOW_LIMIT_PACKETS,
-            )?,
-            // fq must never drop before the data path: its horizon sits a second beyond ours.
-            horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
-        };
         let rtt_ns = match cli.rtt.or(file_config.rtt) {
             Some(text) => {
                 let ns = aqm::parse_rtt_ns(&text).map_err(|reason| ConfigError::Rtt {
@@ -249,6 +244,25 @@ impl Settings {
                 ns
             }
             None => aqm::DEFAULT_RTT_NS,
+        };
+        // fq must hold everything the AQM admits, or it tail-drops packets whose wire time is
+        // already booked: one flow at the whole rate for its hard limit, in packets of 1000
+        // bytes (a bulk flow's packets are mostly full-sized).
+        let aqm_limit_ns = AqmParams::for_rate(
+            rtt_ns,
+            edt::ns_per_byte_fp(rate_bps),
+            FRAME_BYTES,
+            horizon_ns,
+        )
+        .limit_ns;
+        let flow_packets = (rate_bps as u128 * aqm_limit_ns as u128 / 8_000_000_000_000) as u64;
+        let flow_default = flow_packets.clamp(defaults::FQ_FLOW_LIMIT_PACKETS as u64, 1_000_000);
+        let total_default = (flow_default * 4).clamp(defaults::FQ_LIMIT_PACKETS as u64, 1_000_000);
+        let fq = FqParams {
+            limit_packets: limit("limit", file_config.fq.limit, total_default as u32)?,
+            flow_limit_packets: limit("flow-limit", file_config.fq.flow_limit, flow_default as u32)?,
+            // fq must never drop before the data path: its horizon sits a second beyond ours.
+            horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
         };
         let ecn = file_config.ecn.unwrap_or(true);
         let split_gso = !cli.no_split_gso && file_config.split_gso.unwrap_or(true);
@@ -493,5 +507,39 @@ mod tests {
         ));
         let file = std::fs::File::create(&path).unwrap();
         (path, file)
+    }
+
+    #[test]
+    fn rtt_presets_durations_and_mistakes() {
+        let with_rtt = |rtt: &str| {
+            Settings::resolve(
+                CliConfig {
+                    rtt: Some(rtt.into()),
+                    ..cli("eth0", "100mbit")
+                },
+                None,
+            )
+        };
+        assert_eq!(Settings::resolve(cli("eth0", "100mbit"), None).unwrap().rtt_ns, 100_000_000);
+        assert_eq!(with_rtt("lan").unwrap().rtt_ns, 1_000_000);
+        assert_eq!(with_rtt("30ms").unwrap().rtt_ns, 30_000_000);
+        let e = with_rtt("intranet").unwrap_err().to_string();
+        assert!(e.contains("intranet") && e.contains("datacentre"), "{e}");
+        assert!(with_rtt("0us").is_err());
+        // The AQM's parameters follow: internet at 100 Mbit/s is CoDel's 5 ms / 100 ms.
+        let c = with_rtt("internet").unwrap().datapath_config(1514);
+        assert_eq!((c.aqm.target_ns, c.aqm.interval_ns), (5_000_000, 100_000_000));
+        assert_ne!(c.aqm.flags & shaper_common::aqm::flags::ECN, 0);
+    }
+
+    #[test]
+    fn fq_holds_what_the_aqm_admits() {
+        // 1 Gbit/s, internet: one flow at the rate for 400 ms is 50,000 packets of 1000 bytes.
+        let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
+        assert_eq!(s.fq.flow_limit_packets, 50_000);
+        assert_eq!(s.fq.limit_packets, 200_000);
+        // Slow links keep fq's usual floor.
+        let s = Settings::resolve(cli("eth0", "10mbit"), None).unwrap();
+        assert_eq!((s.fq.flow_limit_packets, s.fq.limit_packets), (1_000, 10_000));
     }
 }
