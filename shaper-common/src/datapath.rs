@@ -1,13 +1,16 @@
 //! Types shared between the BPF data path and the control plane: map names, map values and the
 //! counters. All `#[repr(C)]` with explicit padding so both sides agree on the layout.
 
-use crate::aqm::{AqmParams, AqmState};
+use crate::{
+    aqm::{AqmParams, AqmState},
+    diffserv::MAX_TINS,
+};
 
 /// Per-interface shaping parameters, written by the control plane (array map, one entry).
 /// The data path reads it on every packet; `ns_per_byte_fp` is precomputed so the fast path
 /// never divides.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShaperConfig {
     /// Configured wire rate, bits per second. Zero means "not configured yet": packets pass
     /// unshaped (fail open) and are counted as such.
@@ -33,6 +36,41 @@ pub struct ShaperConfig {
     pub calendar_bin_ns: u64,
     /// The AQM on each flow's scheduled delay (`aqm`; target zero: off).
     pub aqm: AqmParams,
+    /// DSCP → tin (`diffserv::Diffserv::table`); all zero with one tin.
+    pub tin_of_dscp: [u8; 64],
+    /// `skb->mark & fwmark_mask`, shifted right by `fwmark_shift`, when not zero, is the tin
+    /// plus one and overrides the DSCP (CAKE's `fwmark`). Mask zero: off.
+    pub fwmark_mask: u32,
+    pub fwmark_shift: u32,
+    /// Number of tins of the mode (1 with besteffort): a larger fwmark tin is ignored.
+    pub tins: u32,
+    /// Clear the DSCP (keep ECN) after classifying (CAKE's `wash`).
+    pub wash: u32,
+}
+
+impl Default for ShaperConfig {
+    /// Unconfigured: rate zero (packets pass unshaped), everything else off.
+    fn default() -> Self {
+        Self {
+            rate_bps: 0,
+            ns_per_byte_fp: 0,
+            horizon_ns: 0,
+            overhead_bytes: 0,
+            mpu_bytes: 0,
+            isolation: 0,
+            flow_quota: 0,
+            host_mask_v4: 0,
+            _pad: 0,
+            host_mask_v6: [0; 4],
+            calendar_bin_ns: 0,
+            aqm: AqmParams::default(),
+            tin_of_dscp: [0; 64],
+            fwmark_mask: 0,
+            fwmark_shift: 0,
+            tins: 1,
+            wash: 0,
+        }
+    }
 }
 
 /// Bins in the global calendar (a power of two) and how many one packet may span.
@@ -69,7 +107,8 @@ pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64) -> u64 {
 }
 
 /// Key of a host or a flow (the fields the isolation mode selects; the others zero).
-/// IPv4 addresses sit in the first word; `family` (4 or 6) keeps the two apart.
+/// IPv4 addresses sit in the first word; `family` (4 or 6) keeps the two apart. `_pad[0]` marks
+/// a new-flow overflow bucket, `_pad[1]` is the tin: hosts and flows are per tin.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
@@ -143,9 +182,13 @@ pub struct HostRate {
 pub struct Levels {
     /// Control epoch, bumped every tick.
     pub epoch: u64,
-    /// Pace of the flows of a host seen for the first time (the level it would get as one more
-    /// bottlenecked host), used until the control plane writes its [`HostRate`].
-    pub new_host_ns_per_byte_fp: u64,
+    /// Tins within their bandwidth threshold and above best effort (bit per tin): their packets
+    /// book the calendar ahead of lower tins' queues.
+    pub priority_tins: u64,
+    /// Per tin, the pace of the flows of a host seen for the first time (the level it would
+    /// get as one more bottlenecked host of the tin), used until the control plane writes its
+    /// [`HostRate`].
+    pub new_host_ns_per_byte_fp: [u64; MAX_TINS],
 }
 
 /// Why a packet was dropped by the data path.
@@ -235,6 +278,9 @@ pub struct DatapathStats {
     pub sparse: u64,
     /// Frames (GSO segments) by scheduled delay, see [`delay_bucket`].
     pub delay_hist: [u64; DELAY_BUCKETS],
+    /// Packets and wire bytes stamped, per tin.
+    pub tin_packets: [u64; MAX_TINS],
+    pub tin_bytes: [u64; MAX_TINS],
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -283,6 +329,10 @@ impl DatapathStats {
         for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
             *a += b;
         }
+        for t in 0..MAX_TINS {
+            self.tin_packets[t] += other.tin_packets[t];
+            self.tin_bytes[t] += other.tin_bytes[t];
+        }
     }
 }
 
@@ -310,11 +360,11 @@ const _: () = {
     assert!(core::mem::size_of::<HostState>() == 80);
     assert!(core::mem::size_of::<FlowState>() == 64);
     assert!(core::mem::size_of::<HostRate>() == 16);
-    assert!(core::mem::size_of::<Levels>() == 16);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32);
+    assert!(core::mem::size_of::<Levels>() == 16 + 8 * MAX_TINS);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32 + 64 + 16);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (8 + DropReason::COUNT + PassReason::COUNT + DELAY_BUCKETS)
+            == 8 * (8 + DropReason::COUNT + PassReason::COUNT + DELAY_BUCKETS + 2 * MAX_TINS)
     );
 };
 

@@ -4,6 +4,7 @@
 
 pub mod aqm;
 pub mod datapath;
+pub mod diffserv;
 pub mod edt;
 pub mod isolation;
 pub mod rate;

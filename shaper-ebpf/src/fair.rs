@@ -20,6 +20,7 @@ use shaper_common::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState,
         Levels, ShaperConfig,
     },
+    diffserv::MAX_TINS,
     edt,
     isolation::{Isolation, fields},
 };
@@ -65,8 +66,7 @@ pub enum Scheduled {
 
 /// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
 /// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
-/// `mark_slot` (a word of the skb's control block, zero on entry) gets the IP header's offset
-/// plus one.
+/// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`.
 #[inline(always)]
 pub fn schedule(
     info: &PacketInfo,
@@ -74,7 +74,7 @@ pub fn schedule(
     wire: u64,
     now: u64,
     tcp_tstamp: u64,
-    mark_slot: &mut u32,
+    rewrite: &mut u32,
 ) -> Scheduled {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
@@ -88,7 +88,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp) = rates(&host_key, config);
+    let (flow_fp, host_fp) = rates(&host_key, config, info.tin);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -140,7 +140,7 @@ pub fn schedule(
             // Noted in the packet's own control block rather than carried as a flag: a flag the
             // verifier knows on each path would keep every later path apart and the program
             // would no longer verify within its limits.
-            Verdict::Mark => *mark_slot = info.l3_offset + 1,
+            Verdict::Mark => *rewrite |= ecn::SET_CE,
             Verdict::DropCodel => return Scheduled::Dropped(DropReason::Codel),
             Verdict::DropBlue => return Scheduled::Dropped(DropReason::Blue),
             Verdict::DropOverlimit => return Scheduled::Dropped(DropReason::Overlimit),
@@ -180,7 +180,8 @@ pub fn schedule(
         }
     }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, sparse);
+    let ahead = sparse || priority_tin(info.tin);
+    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, ahead);
     let depart = booked.depart_ns;
     if depart > want {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
@@ -247,19 +248,32 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
 }
 
 /// The pace of a host's flows and of its guard (0: none): the control plane's, or for a
-/// newcomer its level for both (the newcomer is one bottlenecked host more).
+/// newcomer its tin's newcomer level for both (the newcomer is one bottlenecked host more).
 #[inline(always)]
-fn rates(host_key: &FlowKey, config: &ShaperConfig) -> (u64, u64) {
+fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> (u64, u64) {
     if let Some(r) = unsafe { HOST_RATES.get(host_key) }
         && r.flow_ns_per_byte_fp != 0
     {
         return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp);
     }
+    let newcomer = match LEVELS.get(0) {
+        Some(l) => l.new_host_ns_per_byte_fp[tin as usize & (MAX_TINS - 1)],
+        None => 0,
+    };
+    if newcomer != 0 {
+        (newcomer, newcomer)
+    } else {
+        (config.ns_per_byte_fp, 0)
+    }
+}
+
+/// Whether the packet's tin is within its bandwidth threshold and above best effort (the
+/// control plane decides each tick): its packets then go ahead of lower tins' queues.
+#[inline(always)]
+fn priority_tin(tin: u8) -> bool {
     match LEVELS.get(0) {
-        Some(l) if l.new_host_ns_per_byte_fp != 0 => {
-            (l.new_host_ns_per_byte_fp, l.new_host_ns_per_byte_fp)
-        }
-        _ => (config.ns_per_byte_fp, 0),
+        Some(l) => (l.priority_tins >> (tin & 7)) & 1 != 0,
+        None => false,
     }
 }
 
@@ -286,6 +300,8 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 #[inline(always)]
 fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     let mut k = zeroed_key();
+    // Hosts and flows are per tin, as in CAKE (a host's voice and bulk traffic are two).
+    k._pad[1] = info.tin;
     if want == fields::NONE {
         return k;
     }

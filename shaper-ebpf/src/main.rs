@@ -29,6 +29,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket},
+    diffserv::MAX_TINS,
     edt,
 };
 
@@ -75,7 +76,7 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         return stats::pass(stats, PassReason::Unconfigured);
     }
 
-    let info = match classify(ctx) {
+    let mut info = match classify(ctx) {
         Ok(info) => info,
         Err(err) => {
             return stats::pass(
@@ -97,8 +98,15 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         config.mpu_bytes,
     );
     let now = unsafe { bpf_ktime_get_ns() };
-    skb.cb[0] = 0;
-    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, &mut skb.cb[0]) {
+    info.tin = tin(&info, skb.mark, config);
+    // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
+    skb.cb[0] = info.l3_offset;
+    skb.cb[1] = if config.wash != 0 && info.tos >> 2 != 0 {
+        ecn::WASH
+    } else {
+        0
+    };
+    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, &mut skb.cb[1]) {
         Scheduled::At {
             depart_ns,
             contended,
@@ -134,17 +142,36 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     }
     stats.shaped_packets += 1;
     stats.shaped_bytes += wire;
-    if skb.cb[0] != 0 {
-        // The AQM wants a mark (cb[0] is the IP header's offset plus one). The marker rewrites
-        // the header and returns the verdict; it only comes back here if it could not be
-        // called, and then the signal is a drop.
+    let t = info.tin as usize & (MAX_TINS - 1);
+    stats.tin_packets[t] += 1;
+    stats.tin_bytes[t] += wire;
+    if skb.cb[1] != 0 {
+        // A mark or a wash. The marker rewrites the header and returns the verdict; it only
+        // comes back here if it could not be called: a wanted mark becomes a drop, a wash is
+        // skipped.
         unsafe { MARKER.tail_call(ctx, 0) };
-        return stats::drop(stats, DropReason::Codel);
+        if skb.cb[1] & ecn::SET_CE != 0 {
+            return stats::drop(stats, DropReason::Codel);
+        }
     }
     Verdict::Pass
 }
 
-/// Sets CE on a packet the AQM picked (see `ecn`), after `shaper_egress` stamped it.
+/// The packet's DiffServ tin: from its fwmark when one is configured and set, else from its
+/// DSCP through the mode's table.
+#[inline(always)]
+fn tin(info: &parse::PacketInfo, mark: u32, config: &ShaperConfig) -> u8 {
+    if config.fwmark_mask != 0 {
+        let by_mark = (mark & config.fwmark_mask) >> (config.fwmark_shift & 31);
+        if by_mark != 0 && by_mark <= config.tins {
+            return (by_mark - 1) as u8;
+        }
+    }
+    config.tin_of_dscp[(info.tos >> 2) as usize & 63]
+}
+
+/// Sets CE on a packet the AQM picked and washes DSCPs (see `ecn`), after `shaper_egress`
+/// stamped it.
 #[classifier]
 pub fn shaper_mark(ctx: TcContext) -> i32 {
     let Some(stats) = STATS.get_ptr_mut(0) else {
@@ -153,16 +180,20 @@ pub fn shaper_mark(ctx: TcContext) -> i32 {
     // SAFETY: per-CPU map value, valid for this run.
     let stats = unsafe { &mut *stats };
     // SAFETY: the context is a valid __sk_buff for the whole run.
-    let l3 = unsafe { (*ctx.skb.skb).cb[0] }.wrapping_sub(1) as usize;
-    match ecn::set_ce(&ctx, l3) {
+    let (l3, what) = unsafe { ((*ctx.skb.skb).cb[0] as usize, (*ctx.skb.skb).cb[1]) };
+    match ecn::rewrite(&ctx, l3, what) {
         Ok(()) => {
-            stats.ecn_marked += 1;
+            if what & ecn::SET_CE != 0 {
+                stats.ecn_marked += 1;
+            }
             TC_ACT_UNSPEC
         }
-        Err(()) => match stats::drop(stats, DropReason::Codel) {
+        // An unwritable header: a wanted mark becomes a drop; a wash is skipped.
+        Err(()) if what & ecn::SET_CE != 0 => match stats::drop(stats, DropReason::Codel) {
             Verdict::Pass => TC_ACT_UNSPEC,
             Verdict::Drop => TC_ACT_SHOT as i32,
         },
+        Err(()) => TC_ACT_UNSPEC,
     }
 }
 

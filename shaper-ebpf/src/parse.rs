@@ -59,6 +59,8 @@ pub struct PacketInfo {
     pub tcp_flags: u8,
     /// Offset of the IP header from the start of the frame.
     pub l3_offset: u32,
+    /// DiffServ tin, set by the caller after parsing (see `diffserv`).
+    pub tin: u8,
     /// Offset of the transport header from the start of the frame.
     pub l4_offset: u32,
 }
@@ -137,6 +139,7 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         dst_port: 0,
         tcp_flags: 0,
         l3_offset: offset as u32,
+        tin: 0,
         l4_offset: (offset + ihl) as u32,
     };
     if !later_fragment {
@@ -162,6 +165,7 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         dst_port: 0,
         tcp_flags: 0,
         l3_offset: offset as u32,
+        tin: 0,
         l4_offset: 0,
     };
     let mut next = offset + IPV6_HLEN;

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use shaper_common::{
     aqm::{self, AqmParams},
     datapath::{ShaperConfig, calendar_bin_ns},
+    diffserv::Diffserv,
     edt,
     isolation::{Isolation, prefix_mask},
     rate::{self, DisplayRate},
@@ -55,6 +56,9 @@ pub struct FileConfig {
     pub rtt: Option<String>,
     pub ecn: Option<bool>,
     pub split_gso: Option<bool>,
+    pub diffserv: Option<String>,
+    pub wash: Option<bool>,
+    pub fwmark: Option<String>,
     #[serde(default)]
     pub fq: FqFile,
     #[serde(default)]
@@ -92,6 +96,9 @@ pub struct CliConfig {
     pub rtt: Option<String>,
     /// `--no-split-gso`: keep the device's GSO limits.
     pub no_split_gso: bool,
+    pub diffserv: Option<String>,
+    pub wash: bool,
+    pub fwmark: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +139,10 @@ pub enum ConfigError {
     },
     #[error("rtt must be between 1us and 1h (got {text})")]
     RttRange { text: String },
+    #[error("unknown diffserv mode {0:?}: use one of {modes}", modes = diffserv_names())]
+    Diffserv(String),
+    #[error("invalid fwmark mask {0:?}: a non-zero 32-bit number (decimal or 0x hex)")]
+    Fwmark(String),
     #[error("unknown isolation mode {0:?}: use one of {modes}", modes = isolation_names())]
     Isolation(String),
     #[error("{what} must be between {min} and {max} (got {value})")]
@@ -145,6 +156,19 @@ pub enum ConfigError {
 
 fn rtt_presets() -> String {
     aqm::RTT_PRESETS.map(|(name, _)| name).join(", ")
+}
+
+fn diffserv_names() -> String {
+    Diffserv::ALL.map(Diffserv::name).join(", ")
+}
+
+fn parse_mask(text: &str) -> Option<u32> {
+    let t = text.trim();
+    let v = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+        None => t.parse().ok()?,
+    };
+    (v != 0).then_some(v)
 }
 
 fn isolation_names() -> String {
@@ -191,6 +215,11 @@ pub struct Settings {
     pub ecn: bool,
     /// Lower the device's GSO limits at low rates (CAKE's `split-gso`).
     pub split_gso: bool,
+    pub diffserv: Diffserv,
+    /// Clear the DSCP after classification.
+    pub wash: bool,
+    /// fwmark bits that select the tin (0: off).
+    pub fwmark_mask: u32,
 }
 
 impl Settings {
@@ -260,12 +289,25 @@ impl Settings {
         let total_default = (flow_default * 4).clamp(defaults::FQ_LIMIT_PACKETS as u64, 1_000_000);
         let fq = FqParams {
             limit_packets: limit("limit", file_config.fq.limit, total_default as u32)?,
-            flow_limit_packets: limit("flow-limit", file_config.fq.flow_limit, flow_default as u32)?,
+            flow_limit_packets: limit(
+                "flow-limit",
+                file_config.fq.flow_limit,
+                flow_default as u32,
+            )?,
             // fq must never drop before the data path: its horizon sits a second beyond ours.
             horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
         };
         let ecn = file_config.ecn.unwrap_or(true);
         let split_gso = !cli.no_split_gso && file_config.split_gso.unwrap_or(true);
+        let diffserv = match cli.diffserv.or(file_config.diffserv) {
+            Some(name) => Diffserv::parse(&name).ok_or(ConfigError::Diffserv(name))?,
+            None => Diffserv::default(),
+        };
+        let wash = cli.wash || file_config.wash.unwrap_or(false);
+        let fwmark_mask = match cli.fwmark.or(file_config.fwmark) {
+            Some(text) => parse_mask(&text).ok_or(ConfigError::Fwmark(text))?,
+            None => 0,
+        };
         let isolation = match cli.isolation.or(file_config.isolation) {
             Some(name) => Isolation::parse(&name).ok_or(ConfigError::Isolation(name))?,
             None => Isolation::default(),
@@ -315,6 +357,9 @@ impl Settings {
             rtt_ns,
             ecn,
             split_gso,
+            diffserv,
+            wash,
+            fwmark_mask,
         })
     }
 
@@ -340,15 +385,22 @@ impl Settings {
             host_mask_v6: prefix_mask(self.state.host_prefix_v6, 4),
             calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp, self.horizon_ns),
             aqm,
+            tin_of_dscp: self.diffserv.table(),
+            fwmark_mask: self.fwmark_mask,
+            fwmark_shift: self.fwmark_mask.trailing_zeros() % 32,
+            tins: self.diffserv.tins().len() as u32,
+            wash: self.wash as u32,
         }
     }
 
     pub fn describe(&self) -> String {
         format!(
-            "{} at {}, {}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
+            "{} at {}, {}, {}{}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
             self.iface,
             DisplayRate(self.rate_bps),
             self.isolation.name(),
+            self.diffserv.name(),
+            if self.wash { " wash" } else { "" },
             self.rtt_ns / 1_000,
             if self.ecn { ", ecn" } else { "" },
             self.horizon_ns / 1_000_000,
@@ -520,7 +572,12 @@ mod tests {
                 None,
             )
         };
-        assert_eq!(Settings::resolve(cli("eth0", "100mbit"), None).unwrap().rtt_ns, 100_000_000);
+        assert_eq!(
+            Settings::resolve(cli("eth0", "100mbit"), None)
+                .unwrap()
+                .rtt_ns,
+            100_000_000
+        );
         assert_eq!(with_rtt("lan").unwrap().rtt_ns, 1_000_000);
         assert_eq!(with_rtt("30ms").unwrap().rtt_ns, 30_000_000);
         let e = with_rtt("intranet").unwrap_err().to_string();
@@ -528,7 +585,10 @@ mod tests {
         assert!(with_rtt("0us").is_err());
         // The AQM's parameters follow: internet at 100 Mbit/s is CoDel's 5 ms / 100 ms.
         let c = with_rtt("internet").unwrap().datapath_config(1514);
-        assert_eq!((c.aqm.target_ns, c.aqm.interval_ns), (5_000_000, 100_000_000));
+        assert_eq!(
+            (c.aqm.target_ns, c.aqm.interval_ns),
+            (5_000_000, 100_000_000)
+        );
         assert_ne!(c.aqm.flags & shaper_common::aqm::flags::ECN, 0);
     }
 
@@ -540,6 +600,9 @@ mod tests {
         assert_eq!(s.fq.limit_packets, 200_000);
         // Slow links keep fq's usual floor.
         let s = Settings::resolve(cli("eth0", "10mbit"), None).unwrap();
-        assert_eq!((s.fq.flow_limit_packets, s.fq.limit_packets), (1_000, 10_000));
+        assert_eq!(
+            (s.fq.flow_limit_packets, s.fq.limit_packets),
+            (1_000, 10_000)
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::{collections::HashMap, time::Duration};
 use serde::Serialize;
 use shaper_common::{
     datapath::{FlowKey, HostRate, HostState, Levels},
+    diffserv::{Diffserv, MAX_TINS, dscp},
     edt,
     isolation::{Isolation, fields},
 };
@@ -17,7 +18,7 @@ use tracing::trace;
 
 use crate::{
     bpf::{BpfError, Datapath, monotonic_now_ns},
-    fairness::{Member, flow_level, triple_isolate_weights, water_level},
+    fairness::{Member, TinUsage, flow_level, tin_capacities, triple_isolate_weights, water_level},
 };
 
 pub const INTERVAL: Duration = Duration::from_millis(100);
@@ -138,16 +139,18 @@ pub fn next_boost(boost: f64, allocation_bps: f64, rate_bps: f64, bottlenecked: 
 pub struct Controller {
     rate_bps: u64,
     isolation: Isolation,
+    diffserv: Diffserv,
     epoch: u64,
     last_ns: u64,
     seen: HashMap<FlowKey, Seen>,
 }
 
 impl Controller {
-    pub fn new(rate_bps: u64, isolation: Isolation) -> Self {
+    pub fn new(rate_bps: u64, isolation: Isolation, diffserv: Diffserv) -> Self {
         Self {
             rate_bps,
             isolation,
+            diffserv,
             epoch: 0,
             last_ns: monotonic_now_ns(),
             seen: HashMap::new(),
@@ -200,13 +203,87 @@ impl Controller {
                 },
             ));
         }
-        if self.isolation == Isolation::TripleIsolate {
-            apply_triple_isolate_weights(&mut active);
+        // Tins first (each tin's hosts are levelled within what the tin may use), then hosts,
+        // then flows.
+        let tins = self.diffserv.tins();
+        let tin_of = |key: &FlowKey| (key._pad[1] as usize).min(tins.len() - 1);
+        let mut usage: Vec<TinUsage> = tins
+            .iter()
+            .map(|t| TinUsage {
+                threshold_bps: self.rate_bps as f64 * t.threshold_num as f64
+                    / t.threshold_den as f64,
+                priority: t.priority,
+                rate_bps: 0.0,
+                bottlenecked: false,
+                active: false,
+            })
+            .collect();
+        for (key, sample) in &active {
+            let u = &mut usage[tin_of(key)];
+            u.rate_bps += sample.rate_bps;
+            u.bottlenecked |= sample.backlogged_flows >= BACKLOGGED_MIN;
+            u.active = true;
         }
-        let samples: Vec<HostSample> = active.iter().map(|(_, s)| *s).collect();
-        let plan = plan(self.rate_bps as f64, &samples);
+        let capacities = tin_capacities(self.rate_bps as f64, &usage);
+        let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
+        let mut levels = Levels {
+            epoch: self.epoch,
+            priority_tins: 0,
+            new_host_ns_per_byte_fp: [0; MAX_TINS],
+        };
+        let mut summary = TickSummary {
+            epoch: self.epoch,
+            ..Default::default()
+        };
+        for (t, tin) in tins.iter().enumerate() {
+            let mut group: Vec<(FlowKey, HostSample)> = active
+                .iter()
+                .filter(|(k, _)| tin_of(k) == t)
+                .copied()
+                .collect();
+            if self.isolation == Isolation::TripleIsolate {
+                apply_triple_isolate_weights(&mut group);
+            }
+            let samples: Vec<HostSample> = group.iter().map(|(_, s)| *s).collect();
+            let plan = plan(capacities[t], &samples);
+            self.apply(dp, &group, &plan)?;
+            levels.new_host_ns_per_byte_fp[t] = edt::ns_per_byte_fp(plan.new_host_bps as u64);
+            let within = usage[t].rate_bps <= usage[t].threshold_bps;
+            if tin.priority > best_effort && within {
+                levels.priority_tins |= 1 << t;
+            }
+            summary.active_hosts += samples.len();
+            summary.bottlenecked_hosts += samples
+                .iter()
+                .filter(|s| s.backlogged_flows >= BACKLOGGED_MIN)
+                .count();
+            if t == self.diffserv.tin_of(dscp::CS0) as usize {
+                summary.level_bps = plan.level_bps as u64;
+                summary.new_host_bps = plan.new_host_bps as u64;
+            }
+        }
+        let forgotten: Vec<FlowKey> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.idle_ticks >= FORGET_AFTER_IDLE_TICKS)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in forgotten {
+            dp.remove_host_rate(&key)?;
+            self.seen.remove(&key);
+        }
+        dp.set_levels(&levels)?;
+        Ok(summary)
+    }
 
-        for ((key, sample), (allocation_bps, flow_bps)) in active.iter().zip(&plan.hosts) {
+    /// Writes a plan's levels for its hosts, with each host's boost.
+    fn apply(
+        &mut self,
+        dp: &mut Datapath,
+        group: &[(FlowKey, HostSample)],
+        plan: &Plan,
+    ) -> Result<(), BpfError> {
+        for ((key, sample), (allocation_bps, flow_bps)) in group.iter().zip(&plan.hosts) {
             let boost = match self.seen.get_mut(key) {
                 Some(seen) => {
                     seen.boost = next_boost(
@@ -236,8 +313,8 @@ impl Controller {
                 key,
                 &HostRate {
                     flow_ns_per_byte_fp: edt::ns_per_byte_fp(flow_bps as u64),
-                    // Single-level modes have one pseudo-host whose allocation is the rate:
-                    // the calendar guards that already.
+                    // Single-level modes have one pseudo-host (per tin) whose allocation is
+                    // the tin's: the calendar guards the rate already.
                     host_ns_per_byte_fp: if self.isolation.host_fields() == fields::NONE {
                         0
                     } else {
@@ -246,30 +323,7 @@ impl Controller {
                 },
             )?;
         }
-        let forgotten: Vec<FlowKey> = self
-            .seen
-            .iter()
-            .filter(|(_, s)| s.idle_ticks >= FORGET_AFTER_IDLE_TICKS)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in forgotten {
-            dp.remove_host_rate(&key)?;
-            self.seen.remove(&key);
-        }
-        dp.set_levels(&Levels {
-            epoch: self.epoch,
-            new_host_ns_per_byte_fp: edt::ns_per_byte_fp(plan.new_host_bps as u64),
-        })?;
-        Ok(TickSummary {
-            epoch: self.epoch,
-            active_hosts: samples.len(),
-            bottlenecked_hosts: samples
-                .iter()
-                .filter(|s| s.backlogged_flows >= BACKLOGGED_MIN)
-                .count(),
-            level_bps: plan.level_bps as u64,
-            new_host_bps: plan.new_host_bps as u64,
-        })
+        Ok(())
     }
 }
 

@@ -81,6 +81,73 @@ pub fn triple_isolate_weights(pairs: &[(usize, usize)]) -> Vec<f64> {
     w.iter().map(|x| x / total).collect()
 }
 
+/// What one DiffServ tin did in the last interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TinUsage {
+    /// Its bandwidth threshold (bits per second).
+    pub threshold_bps: f64,
+    /// Higher goes first while within its threshold.
+    pub priority: u8,
+    /// Rate it carried.
+    pub rate_bps: f64,
+    /// Some host of the tin was held back here (it would use more).
+    pub bottlenecked: bool,
+    /// It carried anything at all.
+    pub active: bool,
+}
+
+/// What each tin may use for the next interval: the capacity its hosts are levelled within.
+///
+/// CAKE's tin semantics with levels: in priority order each active tin first gets what it
+/// wants up to its threshold (a tin within its threshold goes first); what remains is shared
+/// by the tins that want more in proportion to their thresholds (a tin above its threshold
+/// competes by weight, so it cannot starve the others). A tin limited elsewhere may grow at
+/// once to its threshold and into capacity nobody uses (the calendar absorbs a simultaneous
+/// surge until the next interval).
+pub fn tin_capacities(rate_bps: f64, tins: &[TinUsage]) -> Vec<f64> {
+    let mut alloc = vec![0.0; tins.len()];
+    let mut order: Vec<usize> = (0..tins.len()).filter(|&i| tins[i].active).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(tins[i].priority));
+    let mut remaining = rate_bps.max(0.0);
+    for &i in &order {
+        let t = &tins[i];
+        let want = if t.bottlenecked {
+            f64::INFINITY
+        } else {
+            t.rate_bps
+        };
+        alloc[i] = want.min(t.threshold_bps).min(remaining);
+        remaining -= alloc[i];
+    }
+    let members: Vec<Member> = order
+        .iter()
+        .map(|&i| Member {
+            weight: tins[i].threshold_bps.max(1.0),
+            demand_bps: (!tins[i].bottlenecked).then_some((tins[i].rate_bps - alloc[i]).max(0.0)),
+        })
+        .collect();
+    if remaining > 0.0 && !members.is_empty() {
+        let level = water_level(remaining, &members);
+        for (m, &i) in members.iter().zip(&order) {
+            let share = level * m.weight;
+            let extra = m.demand_bps.map_or(share, |d| d.min(share));
+            alloc[i] += extra;
+            remaining -= extra;
+        }
+    }
+    let spare = remaining.max(0.0);
+    tins.iter()
+        .zip(&alloc)
+        .map(|(t, &a)| {
+            if t.bottlenecked {
+                a
+            } else {
+                (a.max(t.threshold_bps.min(rate_bps)) + spare).min(rate_bps)
+            }
+        })
+        .collect()
+}
+
 fn count_distinct(ids: impl Iterator<Item = usize>, n: usize) -> usize {
     let mut seen = vec![false; n];
     ids.for_each(|i| seen[i] = true);
@@ -127,6 +194,55 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    fn tin(threshold: f64, priority: u8, rate: f64, bottlenecked: bool) -> TinUsage {
+        TinUsage {
+            threshold_bps: threshold,
+            priority,
+            rate_bps: rate,
+            bottlenecked,
+            active: rate > 0.0 || bottlenecked,
+        }
+    }
+
+    #[test]
+    fn a_voice_flow_within_its_threshold_keeps_its_rate() {
+        // diffserv4 on 10 Mbit/s: EF at 2 Mbit/s (voice, threshold 2.5) among bulk best effort.
+        let c = tin_capacities(
+            10e6,
+            &[
+                tin(10e6, 1, 8e6, true),
+                tin(0.625e6, 0, 0.0, false),
+                tin(5e6, 2, 0.0, false),
+                tin(2.5e6, 3, 2e6, false),
+            ],
+        );
+        assert!(close(c[0], 8e6), "best effort gets the rest: {c:?}");
+        assert!(close(c[3], 2.5e6), "voice may use its threshold: {c:?}");
+    }
+
+    #[test]
+    fn a_flooding_tin_is_held_to_its_share_and_best_effort_is_not_starved() {
+        // Voice floods (bottlenecked), best effort is bottlenecked too: voice gets its
+        // threshold and the remainder is shared by threshold weight (10 : 2.5).
+        let c = tin_capacities(10e6, &[tin(10e6, 1, 7e6, true), tin(2.5e6, 3, 3e6, true)]);
+        assert!(close(c[1], 2.5e6 + 0.0), "{c:?}");
+        assert!(close(c[0], 7.5e6), "{c:?}");
+        // Alone, a tin gets the whole rate.
+        let c = tin_capacities(10e6, &[tin(10e6, 1, 0.0, false), tin(2.5e6, 3, 9e6, true)]);
+        assert!(close(c[1], 10e6), "{c:?}");
+    }
+
+    #[test]
+    fn one_tin_behaves_as_before() {
+        let c = tin_capacities(100e6, &[tin(100e6, 0, 30e6, false)]);
+        assert!(
+            close(c[0], 100e6),
+            "limited elsewhere, it may grow to the rate: {c:?}"
+        );
+        let c = tin_capacities(100e6, &[tin(100e6, 0, 95e6, true)]);
+        assert!(close(c[0], 100e6), "{c:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the kernel lets a test set are exposed; the offsets are those of include/uapi/linux/bpf.h.
 
 const SIZE: usize = 192;
+const OFF_MARK: usize = 8;
 const OFF_TSTAMP: usize = 152;
 const OFF_WIRE_LEN: usize = 160;
 const OFF_GSO_SEGS: usize = 164;
@@ -40,6 +41,11 @@ impl SkbContext {
     }
     pub fn with_tstamp(mut self, ns: u64) -> Self {
         self.0[OFF_TSTAMP..OFF_TSTAMP + 8].copy_from_slice(&ns.to_ne_bytes());
+        self
+    }
+    /// `skb->mark` (the fwmark).
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.set_u32(OFF_MARK, mark);
         self
     }
     pub fn wire_len(&self) -> u32 {

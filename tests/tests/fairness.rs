@@ -5,6 +5,7 @@
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     datapath::{FlowKey, HostRate, Levels, ShaperConfig},
+    diffserv::MAX_TINS,
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
@@ -139,7 +140,8 @@ fn a_new_host_starts_at_the_newcomer_level() {
     h.datapath
         .set_levels(&Levels {
             epoch: 7,
-            new_host_ns_per_byte_fp: third,
+            priority_tins: 0,
+            new_host_ns_per_byte_fp: [third; MAX_TINS],
         })
         .unwrap();
     let t: Vec<u64> = (0..2).map(|_| send(&mut h, CLIENT_A, 1)).collect();

@@ -42,6 +42,17 @@ pub struct RunArgs {
     /// Keep the device's GSO limits (CAKE's `no-split-gso`): less CPU, burstier departures.
     #[arg(long)]
     pub no_split_gso: bool,
+    /// DiffServ tins (CAKE's): besteffort (default), diffserv3, diffserv4, diffserv8,
+    /// precedence. A tin below its bandwidth threshold goes first; above it, it shares.
+    #[arg(long)]
+    pub diffserv: Option<String>,
+    /// Clear the DSCP of every packet after classifying it (ECN bits kept).
+    #[arg(long)]
+    pub wash: bool,
+    /// fwmark bits (a mask, e.g. 0xff) whose value, when non-zero, is the tin plus one and
+    /// overrides the DSCP.
+    #[arg(long)]
+    pub fwmark: Option<String>,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -57,6 +68,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         isolation: args.isolation,
         rtt: args.rtt,
         no_split_gso: args.no_split_gso,
+        diffserv: args.diffserv,
+        wash: args.wash,
+        fwmark: args.fwmark,
     };
     let settings = Settings::resolve(cli, args.config.as_deref())?;
     probe::require_privileges()?;
@@ -67,7 +81,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let mut deployment = Deployment::apply(&settings, iface)?;
-    let controller = Controller::new(settings.rate_bps, settings.isolation);
+    let controller = Controller::new(settings.rate_bps, settings.isolation, settings.diffserv);
     let served = runtime.block_on(serve(&mut deployment, controller));
     let restored = deployment.teardown();
     served.and(restored)
