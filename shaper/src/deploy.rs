@@ -120,6 +120,7 @@ impl Deployment {
             rate_bps: settings.rate_bps,
             horizon_ns: settings.horizon_ns,
             isolation: settings.isolation.name().to_string(),
+            diffserv: settings.diffserv.name().to_string(),
             started_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())

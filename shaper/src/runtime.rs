@@ -66,6 +66,9 @@ pub struct State {
     pub horizon_ns: u64,
     /// Isolation mode name (see `shaper_common::isolation`).
     pub isolation: String,
+    /// DiffServ mode name (see `shaper_common::diffserv`).
+    #[serde(default)]
+    pub diffserv: String,
     pub started_unix_s: u64,
     pub attach: AttachMode,
     /// shaper added the clsact qdisc (netlink attach) and removes it on exit.

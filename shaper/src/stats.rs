@@ -8,6 +8,7 @@ use shaper_common::{
         DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, PassReason,
         delay_bucket_upper_ns,
     },
+    diffserv::Diffserv,
     edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
     rate::DisplayRate,
 };
@@ -44,6 +45,16 @@ pub struct Report {
     /// The median and 99th percentile of that delay, as the upper bound of their bucket (µs).
     pub delay_p50_us: Option<u64>,
     pub delay_p99_us: Option<u64>,
+    pub diffserv: String,
+    /// Packets and bytes per DiffServ tin of the mode.
+    pub tins: Vec<TinRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TinRow {
+    pub tin: &'static str,
+    pub packets: u64,
+    pub bytes: u64,
 }
 
 /// Frames whose scheduled delay was below `below_us` (and at or above the previous bucket's).
@@ -120,6 +131,18 @@ impl Report {
                 .collect(),
             delay_p50_us: quantile_us(&view.stats.delay_hist, 0.5),
             delay_p99_us: quantile_us(&view.stats.delay_hist, 0.99),
+            diffserv: state.diffserv.clone(),
+            tins: Diffserv::parse(&state.diffserv)
+                .unwrap_or_default()
+                .tins()
+                .iter()
+                .enumerate()
+                .map(|(i, t)| TinRow {
+                    tin: t.name,
+                    packets: view.stats.tin_packets[i],
+                    bytes: view.stats.tin_bytes[i],
+                })
+                .collect(),
         }
     }
 
@@ -131,7 +154,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
             self.iface,
             self.ifindex,
             self.pid,
@@ -148,6 +171,12 @@ impl Report {
             show_us(self.delay_p99_us),
             list(&self.dropped),
             self.ecn_marked,
+            self.diffserv,
+            self.tins
+                .iter()
+                .map(|t| format!("{} {} packets", t.tin, t.packets))
+                .collect::<Vec<_>>()
+                .join(", "),
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,
