@@ -2,6 +2,7 @@
 //! counters. All `#[repr(C)]` with explicit padding so both sides agree on the layout.
 
 use crate::{
+    ackfilter::{AckState, KeepReason, ReverseState},
     aqm::{AqmParams, AqmState},
     diffserv::MAX_TINS,
 };
@@ -46,6 +47,9 @@ pub struct ShaperConfig {
     pub tins: u32,
     /// Clear the DSCP (keep ECN) after classifying (CAKE's `wash`).
     pub wash: u32,
+    /// `ackfilter::AckFilter` as u32.
+    pub ack_filter: u32,
+    pub _pad2: u32,
 }
 
 impl Default for ShaperConfig {
@@ -69,6 +73,8 @@ impl Default for ShaperConfig {
             fwmark_shift: 0,
             tins: 1,
             wash: 0,
+            ack_filter: 0,
+            _pad2: 0,
         }
     }
 }
@@ -164,6 +170,10 @@ pub struct FlowState {
     pub epoch: u64,
     /// COBALT's state for this flow's queue.
     pub aqm: AqmState,
+    /// Departures of its two most recent packets (how many are still scheduled, for the ACK
+    /// filter).
+    pub last_depart_ns: u64,
+    pub prev_depart_ns: u64,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -281,6 +291,10 @@ pub struct DatapathStats {
     /// Packets and wire bytes stamped, per tin.
     pub tin_packets: [u64; MAX_TINS],
     pub tin_bytes: [u64; MAX_TINS],
+    /// Pure ACKs the ACK filter examined, dropped, and kept by [`KeepReason`].
+    pub ack_seen: u64,
+    pub ack_dropped: u64,
+    pub ack_kept: [u64; KeepReason::COUNT],
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -333,6 +347,11 @@ impl DatapathStats {
             self.tin_packets[t] += other.tin_packets[t];
             self.tin_bytes[t] += other.tin_bytes[t];
         }
+        self.ack_seen += other.ack_seen;
+        self.ack_dropped += other.ack_dropped;
+        for (a, b) in self.ack_kept.iter_mut().zip(other.ack_kept.iter()) {
+            *a += b;
+        }
     }
 }
 
@@ -345,7 +364,10 @@ pub mod map_names {
     pub const HOST_RATES: &str = "SHAPER_HOST_RATES";
     pub const FLOWS: &str = "SHAPER_FLOWS";
     pub const CALENDAR: &str = "SHAPER_CALENDAR";
-    pub const MARKER: &str = "SHAPER_MARKER";
+    /// Programs reached by tail calls, at [`super::program_slots`].
+    pub const PROGRAMS: &str = "SHAPER_PROGRAMS";
+    pub const ACKS: &str = "SHAPER_ACKS";
+    pub const REVERSE: &str = "SHAPER_REVERSE";
 }
 
 /// Names of the BPF programs.
@@ -353,19 +375,38 @@ pub mod program_names {
     pub const EGRESS: &str = "shaper_egress";
     /// Sets CE on packets the AQM picked; reached by a tail call from the egress program.
     pub const MARK: &str = "shaper_mark";
+    /// The ACK filter's decision on a pure ACK; tail-called from the egress program, which it
+    /// calls back when the ACK is kept.
+    pub const ACK_FILTER: &str = "shaper_ack_filter";
+    /// Records the data direction for the ACK filter (attached at ingress).
+    pub const INGRESS: &str = "shaper_ingress";
+}
+
+/// Slots of `SHAPER_PROGRAMS`.
+pub mod program_slots {
+    pub const MARK: u32 = 0;
+    pub const ACK_FILTER: u32 = 1;
+    pub const EGRESS: u32 = 2;
 }
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 80);
-    assert!(core::mem::size_of::<FlowState>() == 64);
+    assert!(core::mem::size_of::<FlowState>() == 80);
     assert!(core::mem::size_of::<HostRate>() == 16);
     assert!(core::mem::size_of::<Levels>() == 16 + 8 * MAX_TINS);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32 + 64 + 16);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32 + 64 + 24);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (8 + DropReason::COUNT + PassReason::COUNT + DELAY_BUCKETS + 2 * MAX_TINS)
+            == 8 * (10
+                + DropReason::COUNT
+                + PassReason::COUNT
+                + DELAY_BUCKETS
+                + 2 * MAX_TINS
+                + KeepReason::COUNT)
     );
+    assert!(core::mem::size_of::<AckState>() == 8);
+    assert!(core::mem::size_of::<ReverseState>() == 16);
 };
 
 #[cfg(feature = "user")]
@@ -379,6 +420,8 @@ mod pod {
     unsafe impl aya::Pod for FlowState {}
     unsafe impl aya::Pod for HostRate {}
     unsafe impl aya::Pod for Levels {}
+    unsafe impl aya::Pod for AckState {}
+    unsafe impl aya::Pod for ReverseState {}
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! arithmetic (rates, EDT) and the `#[repr(C)]` map types.
 #![no_std]
 
+pub mod ackfilter;
 pub mod aqm;
 pub mod datapath;
 pub mod diffserv;

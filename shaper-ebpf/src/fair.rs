@@ -200,6 +200,8 @@ pub fn schedule(
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
+    flow.prev_depart_ns = flow.last_depart_ns;
+    flow.last_depart_ns = depart;
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);
     }
@@ -245,6 +247,21 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
         packet.ect,
         random,
     )
+}
+
+/// How many of the packet's flow's packets are still scheduled ahead of `now` (0, 1, 2+), for
+/// the ACK filter. Computes the flow's key as `schedule` does; a flow not seen yet has none.
+#[inline(always)]
+pub fn scheduled_ahead(info: &PacketInfo, config: &ShaperConfig, now: u64) -> u32 {
+    let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
+    let key = key(info, mode.flow_fields(), config);
+    match FLOWS.get_ptr_mut(&key) {
+        // SAFETY: map value, valid for this run.
+        Some(f) => unsafe {
+            shaper_common::ackfilter::scheduled_ahead((*f).last_depart_ns, (*f).prev_depart_ns, now)
+        },
+        None => 0,
+    }
 }
 
 /// The pace of a host's flows and of its guard (0: none): the control plane's, or for a

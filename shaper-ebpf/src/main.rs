@@ -13,6 +13,7 @@
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic intrinsics: see clock.rs")]
 
+mod ackfilter;
 mod calendar;
 mod clock;
 mod ecn;
@@ -28,7 +29,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
-    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket},
+    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket, program_slots},
     diffserv::MAX_TINS,
     edt,
 };
@@ -44,9 +45,9 @@ static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
 #[map(name = "SHAPER_STATS")]
 static STATS: PerCpuArray<DatapathStats> = PerCpuArray::with_max_entries(1, 0);
 
-/// Slot 0: `shaper_mark`, set by the loader.
-#[map(name = "SHAPER_MARKER")]
-static MARKER: ProgramArray = ProgramArray::with_max_entries(1, 0);
+/// Programs reached by tail calls (`program_slots`), set by the loader.
+#[map(name = "SHAPER_PROGRAMS")]
+static PROGRAMS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
@@ -91,6 +92,16 @@ fn try_egress(ctx: &TcContext) -> Verdict {
 
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
+    // A pure ACK goes to the ACK filter first, which calls this program back if it keeps it
+    // (`cb[2]` then says so). If the filter cannot be called the ACK is simply kept.
+    if ackfilter::candidate(&info, config) && skb.cb[2] != ackfilter::CHECKED {
+        skb.cb[2] = ackfilter::CHECKED;
+        // Where the headers are, so that the filter need not parse them again.
+        skb.cb[3] = info.l3_offset;
+        skb.cb[4] = info.l4_offset;
+        unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
+    }
+    skb.cb[2] = 0;
     let wire = edt::wire_bytes(
         skb.wire_len,
         skb.gso_segs,
@@ -149,12 +160,58 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         // A mark or a wash. The marker rewrites the header and returns the verdict; it only
         // comes back here if it could not be called: a wanted mark becomes a drop, a wash is
         // skipped.
-        unsafe { MARKER.tail_call(ctx, 0) };
+        unsafe { PROGRAMS.tail_call(ctx, program_slots::MARK) };
         if skb.cb[1] & ecn::SET_CE != 0 {
             return stats::drop(stats, DropReason::Codel);
         }
     }
     Verdict::Pass
+}
+
+/// The ACK filter's decision on a pure ACK handed over by `shaper_egress`: drop it, or call
+/// `shaper_egress` back to schedule it.
+#[classifier]
+pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
+    let Some(stats) = STATS.get_ptr_mut(0) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: per-CPU map value, valid for this run.
+    let stats = unsafe { &mut *stats };
+    let Some(config) = CONFIG.get(0) else {
+        return TC_ACT_UNSPEC;
+    };
+    // The egress program found (and if needed pulled) these headers just before.
+    let Some(mut info) = ackfilter::read_ack(&ctx) else {
+        return TC_ACT_UNSPEC;
+    };
+    info.tin = tin(&info, unsafe { (*ctx.skb.skb).mark }, config);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ahead = fair::scheduled_ahead(&info, config, now);
+    if ackfilter::filter(&ctx, &info, config, ahead, stats) {
+        return TC_ACT_SHOT as i32;
+    }
+    unsafe { PROGRAMS.tail_call(&ctx, program_slots::EGRESS) };
+    // Not callable: the ACK leaves unshaped, counted.
+    match stats::pass(stats, PassReason::NoState) {
+        Verdict::Pass | Verdict::Drop => TC_ACT_UNSPEC,
+    }
+}
+
+/// At ingress: records how far each flow's data has arrived, for the ACK filter. Never delays
+/// or drops anything.
+#[classifier]
+pub fn shaper_ingress(ctx: TcContext) -> i32 {
+    let Some(config) = CONFIG.get(0) else {
+        return TC_ACT_UNSPEC;
+    };
+    if config.ack_filter == 0 {
+        return TC_ACT_UNSPEC;
+    }
+    // GRO packets may hold their headers in pages: pull them as the egress path does.
+    if let Ok(info) = classify(&ctx) {
+        ackfilter::observe(&info, unsafe { bpf_ktime_get_ns() });
+    }
+    TC_ACT_UNSPEC
 }
 
 /// The packet's DiffServ tin: from its fwmark when one is configured and set, else from its

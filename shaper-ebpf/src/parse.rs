@@ -57,6 +57,14 @@ pub struct PacketInfo {
     pub dst_port: u16,
     /// TCP flags byte (FIN..CWR), zero for other protocols.
     pub tcp_flags: u8,
+    /// TCP header length in bytes (with options), zero for other protocols.
+    pub tcp_header_len: u8,
+    /// TCP sequence and acknowledgement numbers, window field (host order).
+    pub tcp_seq: u32,
+    pub tcp_ack: u32,
+    pub tcp_window: u16,
+    /// Bytes of the IP payload (transport header included), from the IP header.
+    pub ip_payload_len: u32,
     /// Offset of the IP header from the start of the frame.
     pub l3_offset: u32,
     /// DiffServ tin, set by the caller after parsing (see `diffserv`).
@@ -138,6 +146,11 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         src_port: 0,
         dst_port: 0,
         tcp_flags: 0,
+        tcp_header_len: 0,
+        tcp_seq: 0,
+        tcp_ack: 0,
+        tcp_window: 0,
+        ip_payload_len: (total_len - ihl) as u32,
         l3_offset: offset as u32,
         tin: 0,
         l4_offset: (offset + ihl) as u32,
@@ -164,6 +177,11 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         src_port: 0,
         dst_port: 0,
         tcp_flags: 0,
+        tcp_header_len: 0,
+        tcp_seq: 0,
+        tcp_ack: 0,
+        tcp_window: 0,
+        ip_payload_len: be16([hdr[4], hdr[5]]) as u32,
         l3_offset: offset as u32,
         tin: 0,
         l4_offset: 0,
@@ -187,6 +205,10 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         }
     }
     info.l4_offset = next as u32;
+    // The IPv6 payload length counts the extension headers too.
+    info.ip_payload_len = info
+        .ip_payload_len
+        .saturating_sub((next - offset - IPV6_HLEN) as u32);
     if !later_fragment {
         parse_l4(ctx, &mut info)?;
     }
@@ -206,6 +228,10 @@ fn parse_l4(ctx: &TcContext, info: &mut PacketInfo) -> Result<(), ParseError> {
             info.src_port = be16([tcp[0], tcp[1]]);
             info.dst_port = be16([tcp[2], tcp[3]]);
             info.tcp_flags = tcp[13];
+            info.tcp_header_len = (tcp[12] >> 4) * 4;
+            info.tcp_seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+            info.tcp_ack = u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]);
+            info.tcp_window = be16([tcp[14], tcp[15]]);
         }
         IPPROTO_UDP => {
             let udp = unsafe { &*ptr_at::<[u8; 8]>(ctx, offset)? };

@@ -10,7 +10,7 @@ use aya::{
 };
 use shaper_common::datapath::{
     DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
-    program_names,
+    program_names, program_slots,
 };
 
 use crate::{
@@ -49,6 +49,8 @@ fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
 pub struct Datapath {
     ebpf: Ebpf,
     link: Option<SchedClassifierLinkId>,
+    /// The ACK filter's observer at ingress, when attached.
+    ingress_link: Option<SchedClassifierLinkId>,
 }
 
 impl Datapath {
@@ -61,8 +63,13 @@ impl Datapath {
             .map_max_entries(map_names::HOST_RATES, state.max_hosts)
             .load(OBJECT)?;
         egress_program(&mut ebpf)?.load()?;
-        install_marker(&mut ebpf)?;
-        Ok(Self { ebpf, link: None })
+        install_tail_calls(&mut ebpf)?;
+        classifier(&mut ebpf, program_names::INGRESS)?.load()?;
+        Ok(Self {
+            ebpf,
+            link: None,
+            ingress_link: None,
+        })
     }
 
     pub fn configure(&mut self, config: &ShaperConfig) -> Result<(), BpfError> {
@@ -127,26 +134,39 @@ impl Datapath {
         egress_program(&mut self.ebpf)
     }
 
+    /// The ingress observer (for tests; `attach_ingress` attaches it).
+    pub fn ingress(&mut self) -> Result<&mut SchedClassifier, BpfError> {
+        classifier(&mut self.ebpf, program_names::INGRESS)
+    }
+
     /// Attaches at egress: a TCX link, or (kernels < 6.6) a netlink filter under clsact, which
     /// the caller must have put in place.
     pub fn attach_egress(&mut self, iface: &str, mode: AttachMode) -> Result<(), BpfError> {
-        let options = match mode {
-            AttachMode::Tcx => TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
-            AttachMode::Netlink => TcAttachOptions::Netlink(NlOptions {
-                priority: NETLINK_PRIORITY,
-                ..Default::default()
-            }),
-        };
         self.link = Some(self.egress()?.attach_with_options(
             iface,
             TcAttachType::Egress,
-            options,
+            attach_options(mode),
         )?);
         Ok(())
     }
 
-    /// Detaches the program (new packets leave unshaped from here on).
+    /// Attaches the ACK filter's observer at ingress (it only reads packets).
+    pub fn attach_ingress(&mut self, iface: &str, mode: AttachMode) -> Result<(), BpfError> {
+        self.ingress_link = Some(
+            classifier(&mut self.ebpf, program_names::INGRESS)?.attach_with_options(
+                iface,
+                TcAttachType::Ingress,
+                attach_options(mode),
+            )?,
+        );
+        Ok(())
+    }
+
+    /// Detaches the programs (new packets leave unshaped from here on).
     pub fn detach(&mut self) -> Result<(), BpfError> {
+        if let Some(link) = self.ingress_link.take() {
+            classifier(&mut self.ebpf, program_names::INGRESS)?.detach(link)?;
+        }
         if let Some(link) = self.link.take() {
             self.egress()?.detach(link)?;
         }
@@ -181,28 +201,55 @@ impl Datapath {
 /// their process).
 pub fn remove_stale_filter(iface: &str) {
     let _ = tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS);
+    let _ = tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS);
 }
 
-/// Loads the ECN marker and puts it where the egress program's tail call looks for it.
-fn install_marker(ebpf: &mut Ebpf) -> Result<(), BpfError> {
-    let marker: &mut SchedClassifier = ebpf
-        .program_mut(program_names::MARK)
-        .ok_or(BpfError::Missing(program_names::MARK))?
-        .try_into()
-        .map_err(BpfError::Program)?;
-    marker.load()?;
-    let fd = marker.fd()?.try_clone()?;
-    let name = map_names::MARKER;
+fn attach_options(mode: AttachMode) -> TcAttachOptions {
+    match mode {
+        AttachMode::Tcx => TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
+        AttachMode::Netlink => TcAttachOptions::Netlink(NlOptions {
+            priority: NETLINK_PRIORITY,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Loads the programs reached by tail calls and puts them, with the (loaded) egress program
+/// the ACK filter calls back, where the tail calls look for them.
+fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), BpfError> {
+    let mut fds = Vec::new();
+    for (slot, name) in [
+        (program_slots::MARK, program_names::MARK),
+        (program_slots::ACK_FILTER, program_names::ACK_FILTER),
+        (program_slots::EGRESS, program_names::EGRESS),
+    ] {
+        let program = classifier(ebpf, name)?;
+        if program.fd().is_err() {
+            program.load()?;
+        }
+        fds.push((slot, program.fd()?.try_clone()?));
+    }
+    let name = map_names::PROGRAMS;
     let mut slots = ProgramArray::try_from(ebpf.map_mut(name).ok_or(BpfError::Missing(name))?)
         .map_err(map_err(name))?;
-    slots.set(0, &fd, 0).map_err(map_err(name))
+    for (slot, fd) in &fds {
+        slots.set(*slot, fd, 0).map_err(map_err(name))?;
+    }
+    Ok(())
+}
+
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, BpfError> {
+    ebpf.program_mut(name)
+        .ok_or(BpfError::Missing(name))?
+        .try_into()
+        .map_err(BpfError::Program)
 }
 
 fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {
-    ebpf.program_mut(program_names::EGRESS)
-        .ok_or(BpfError::Missing(program_names::EGRESS))?
-        .try_into()
-        .map_err(BpfError::Program)
+    classifier(ebpf, program_names::EGRESS)
 }
 
 fn map_data(map: &Map) -> Option<&MapData> {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use shaper_common::{
+    ackfilter::AckFilter,
     aqm::{self, AqmParams},
     datapath::{ShaperConfig, calendar_bin_ns},
     diffserv::Diffserv,
@@ -59,6 +60,7 @@ pub struct FileConfig {
     pub diffserv: Option<String>,
     pub wash: Option<bool>,
     pub fwmark: Option<String>,
+    pub ack_filter: Option<String>,
     #[serde(default)]
     pub fq: FqFile,
     #[serde(default)]
@@ -99,6 +101,7 @@ pub struct CliConfig {
     pub diffserv: Option<String>,
     pub wash: bool,
     pub fwmark: Option<String>,
+    pub ack_filter: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +142,8 @@ pub enum ConfigError {
     },
     #[error("rtt must be between 1us and 1h (got {text})")]
     RttRange { text: String },
+    #[error("unknown ack-filter mode {0:?}: use off, conservative or aggressive")]
+    AckFilter(String),
     #[error("unknown diffserv mode {0:?}: use one of {modes}", modes = diffserv_names())]
     Diffserv(String),
     #[error("invalid fwmark mask {0:?}: a non-zero 32-bit number (decimal or 0x hex)")]
@@ -220,6 +225,7 @@ pub struct Settings {
     pub wash: bool,
     /// fwmark bits that select the tin (0: off).
     pub fwmark_mask: u32,
+    pub ack_filter: AckFilter,
 }
 
 impl Settings {
@@ -304,6 +310,10 @@ impl Settings {
             None => Diffserv::default(),
         };
         let wash = cli.wash || file_config.wash.unwrap_or(false);
+        let ack_filter = match cli.ack_filter.or(file_config.ack_filter) {
+            Some(name) => AckFilter::parse(&name).ok_or(ConfigError::AckFilter(name))?,
+            None => AckFilter::default(),
+        };
         let fwmark_mask = match cli.fwmark.or(file_config.fwmark) {
             Some(text) => parse_mask(&text).ok_or(ConfigError::Fwmark(text))?,
             None => 0,
@@ -360,6 +370,7 @@ impl Settings {
             diffserv,
             wash,
             fwmark_mask,
+            ack_filter,
         })
     }
 
@@ -390,6 +401,8 @@ impl Settings {
             fwmark_shift: self.fwmark_mask.trailing_zeros() % 32,
             tins: self.diffserv.tins().len() as u32,
             wash: self.wash as u32,
+            ack_filter: self.ack_filter as u32,
+            _pad2: 0,
         }
     }
 

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use shaper_common::ackfilter::AckFilter;
+
 use crate::{
     bpf::{self, Datapath},
     config::Settings,
@@ -102,7 +104,15 @@ impl Deployment {
             }
             clsact_added = true;
         }
-        if let Err(source) = datapath.attach_egress(&iface.name, mode) {
+        let attached = datapath.attach_egress(&iface.name, mode).and_then(|()| {
+            if settings.ack_filter == AckFilter::Off {
+                Ok(())
+            } else {
+                datapath.attach_ingress(&iface.name, mode)
+            }
+        });
+        if let Err(source) = attached {
+            let _ = datapath.detach();
             rollback(&mut sock, &iface, &original, clsact_added);
             return Err(DeployError::Attach {
                 iface: iface.name.clone(),

@@ -4,6 +4,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 use shaper_common::{
+    ackfilter::KeepReason,
     datapath::{
         DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, PassReason,
         delay_bucket_upper_ns,
@@ -48,6 +49,15 @@ pub struct Report {
     pub diffserv: String,
     /// Packets and bytes per DiffServ tin of the mode.
     pub tins: Vec<TinRow>,
+    /// The ACK filter: pure ACKs examined, dropped, and kept by rule.
+    pub ack_filter: AckFilterRow,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AckFilterRow {
+    pub seen: u64,
+    pub dropped: u64,
+    pub kept: std::collections::BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +141,14 @@ impl Report {
                 .collect(),
             delay_p50_us: quantile_us(&view.stats.delay_hist, 0.5),
             delay_p99_us: quantile_us(&view.stats.delay_hist, 0.99),
+            ack_filter: AckFilterRow {
+                seen: view.stats.ack_seen,
+                dropped: view.stats.ack_dropped,
+                kept: KeepReason::ALL
+                    .iter()
+                    .map(|r| (r.name(), view.stats.ack_kept[*r as usize]))
+                    .collect(),
+            },
             diffserv: state.diffserv.clone(),
             tins: Diffserv::parse(&state.diffserv)
                 .unwrap_or_default()
@@ -154,7 +172,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
             self.iface,
             self.ifindex,
             self.pid,
@@ -177,6 +195,9 @@ impl Report {
                 .map(|t| format!("{} {} packets", t.tin, t.packets))
                 .collect::<Vec<_>>()
                 .join(", "),
+            self.ack_filter.seen,
+            self.ack_filter.dropped,
+            list(&self.ack_filter.kept),
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,

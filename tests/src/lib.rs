@@ -45,6 +45,21 @@ impl Harness {
         self.run_repeat(packet, ctx, 1).0
     }
 
+    /// Runs the ingress observer once.
+    pub fn run_ingress(&mut self, packet: &[u8]) -> u32 {
+        let mut data_out = vec![0u8; packet.len() + 256];
+        let program = self.datapath.ingress().expect("ingress program");
+        program
+            .test_run(TestRunOptions {
+                data_in: Some(packet),
+                data_out: Some(&mut data_out),
+                repeat: 1,
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN on the ingress program")
+            .return_value
+    }
+
     /// Runs the program `repeat` times; also returns the kernel's average ns per run.
     pub fn run_repeat(
         &mut self,

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// overrides the DSCP.
     #[arg(long)]
     pub fwmark: Option<String>,
+    /// Drop redundant pure ACKs on a congested uplink: off (default), conservative (keeps two
+    /// of a flow's ACKs scheduled), aggressive (keeps one). Only ACKs that a later ACK is
+    /// certain to cover are dropped (docs/ack-filter.md).
+    #[arg(long)]
+    pub ack_filter: Option<String>,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -71,6 +76,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         diffserv: args.diffserv,
         wash: args.wash,
         fwmark: args.fwmark,
+        ack_filter: args.ack_filter,
     };
     let settings = Settings::resolve(cli, args.config.as_deref())?;
     probe::require_privileges()?;

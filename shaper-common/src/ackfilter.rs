@@ -1,0 +1,446 @@
+//! The redundant-ACK filter: which pure ACKs may be dropped on a congested uplink, decided with
+//! only the packet in hand and the state in maps (docs/ack-filter.md has the argument).
+//!
+//! CAKE drops an *older* ACK still in its queue when a newer one covers it. From clsact on top
+//! of fq a queued packet cannot be removed, so shaper drops the *newer* one, and only when a
+//! later ACK that covers it is certain to come: data beyond what it acknowledges has already
+//! been seen arriving on the same interface (the receiver must acknowledge it), and the flow
+//! still has ACKs scheduled ahead (the sender is not left without an ACK clock meanwhile).
+
+/// `--ack-filter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u32)]
+pub enum AckFilter {
+    #[default]
+    Off = 0,
+    /// Keeps at least two of the flow's ACKs scheduled ahead.
+    Conservative = 1,
+    /// Keeps at least one.
+    Aggressive = 2,
+}
+
+impl AckFilter {
+    pub const ALL: [Self; 3] = [Self::Off, Self::Conservative, Self::Aggressive];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Conservative => "conservative",
+            Self::Aggressive => "aggressive",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub const fn from_u32(v: u32) -> Self {
+        match v {
+            1 => Self::Conservative,
+            2 => Self::Aggressive,
+            _ => Self::Off,
+        }
+    }
+}
+
+/// TCP flags.
+pub mod tcp_flags {
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+    pub const URG: u8 = 0x20;
+    pub const ECE: u8 = 0x40;
+    pub const CWR: u8 = 0x80;
+}
+
+/// Whether a TCP segment is a pure ACK the filter looks at: ACK set, no payload, none of SYN,
+/// FIN, RST, URG (they carry information no later ACK repeats).
+pub const fn is_pure_ack(flags: u8, payload_bytes: u32) -> bool {
+    use tcp_flags::*;
+    payload_bytes == 0 && flags & ACK != 0 && flags & (SYN | FIN | RST | URG) == 0
+}
+
+/// `a` is after `b` in sequence space (RFC 1982 arithmetic on 32 bits).
+pub const fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// What the filter read from a pure ACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckSeen {
+    pub ack: u32,
+    /// The raw window field (the scale is the connection's, the same for all its ACKs).
+    pub window: u16,
+    pub flags: u8,
+    /// It carries SACK blocks.
+    pub sack: bool,
+    /// It carries an option other than NOP, EOL, timestamps and SACK, or options that do not
+    /// parse.
+    pub unknown_option: bool,
+}
+
+/// Per ACK flow (the direction the ACKs travel), written by the filter.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckState {
+    /// The highest ACK number seen (kept or dropped).
+    pub last_ack: u32,
+    pub window: u16,
+    pub flags: u8,
+    /// Non-zero once an ACK was seen.
+    pub seen: u8,
+}
+
+/// How many of a flow's packets are still scheduled ahead of `now`, from the departures of
+/// its two most recent packets (the flow's state keeps them): 0, 1 or 2 (two or more).
+pub const fn scheduled_ahead(last_depart_ns: u64, prev_depart_ns: u64, now_ns: u64) -> u32 {
+    (last_depart_ns > now_ns) as u32 + (prev_depart_ns > now_ns) as u32
+}
+
+/// The data direction of the flow as seen arriving on the same interface (ingress), written
+/// by the ingress program.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReverseState {
+    /// One past the highest data byte seen.
+    pub data_end: u32,
+    pub _pad: u32,
+    pub seen_ns: u64,
+}
+
+/// Why an ACK was kept (a counter each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum KeepReason {
+    /// An option the filter does not know, or options that do not parse.
+    UnknownOption = 0,
+    /// SACK blocks: a later ACK may not repeat them.
+    Sack = 1,
+    /// The flow's first ACK.
+    First = 2,
+    /// Not newer than the last ACK: a duplicate signals loss.
+    Duplicate = 3,
+    /// A window update.
+    Window = 4,
+    /// ECE or CWR changed.
+    Ecn = 5,
+    /// No data beyond it was seen arriving: it may be the last ACK.
+    NoLaterData = 6,
+    /// Too few of the flow's ACKs are scheduled ahead for the mode.
+    FewScheduled = 7,
+}
+
+impl KeepReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [Self; Self::COUNT] = [
+        Self::UnknownOption,
+        Self::Sack,
+        Self::First,
+        Self::Duplicate,
+        Self::Window,
+        Self::Ecn,
+        Self::NoLaterData,
+        Self::FewScheduled,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::UnknownOption => "unknown_option",
+            Self::Sack => "sack",
+            Self::First => "first",
+            Self::Duplicate => "duplicate",
+            Self::Window => "window",
+            Self::Ecn => "ecn",
+            Self::NoLaterData => "no_later_data",
+            Self::FewScheduled => "few_scheduled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckVerdict {
+    Drop,
+    Keep(KeepReason),
+}
+
+/// Decides for a pure ACK of a flow in `state`, `data_end` being what the data direction has
+/// shown arriving (if anything) and `ahead` how many of the flow's packets are still scheduled
+/// ([`scheduled_ahead`]). Does not update the state (see [`record`]).
+pub fn decide(
+    mode: AckFilter,
+    seen: &AckSeen,
+    state: &AckState,
+    data_end: Option<u32>,
+    ahead: u32,
+) -> AckVerdict {
+    use tcp_flags::{CWR, ECE};
+    let keep = AckVerdict::Keep;
+    if seen.unknown_option {
+        return keep(KeepReason::UnknownOption);
+    }
+    if seen.sack {
+        return keep(KeepReason::Sack);
+    }
+    if state.seen == 0 {
+        return keep(KeepReason::First);
+    }
+    if !after(seen.ack, state.last_ack) {
+        return keep(KeepReason::Duplicate);
+    }
+    if seen.window != state.window {
+        return keep(KeepReason::Window);
+    }
+    if (seen.flags ^ state.flags) & (ECE | CWR) != 0 {
+        return keep(KeepReason::Ecn);
+    }
+    match data_end {
+        Some(end) if after(end, seen.ack) => {}
+        _ => return keep(KeepReason::NoLaterData),
+    }
+    let needed = match mode {
+        AckFilter::Off => return keep(KeepReason::FewScheduled),
+        AckFilter::Conservative => 2,
+        AckFilter::Aggressive => 1,
+    };
+    if ahead < needed {
+        return keep(KeepReason::FewScheduled);
+    }
+    AckVerdict::Drop
+}
+
+/// Updates the flow's state with an ACK seen (kept or dropped).
+pub fn record(state: &mut AckState, seen: &AckSeen) {
+    if state.seen == 0 || after(seen.ack, state.last_ack) {
+        state.last_ack = seen.ack;
+    }
+    state.window = seen.window;
+    state.flags = seen.flags;
+    state.seen = 1;
+}
+
+/// TCP option kinds the filter knows.
+pub mod options {
+    pub const EOL: u8 = 0;
+    pub const NOP: u8 = 1;
+    pub const SACK: u8 = 5;
+    pub const TIMESTAMP: u8 = 8;
+}
+
+/// Reads the options of a pure ACK: `opts` holds the `len` bytes after the 20-byte header,
+/// zero-padded beyond them. Understood are the layouts TCP stacks send on ACKs: timestamps
+/// (padded by two NOPs, before or after), then SACK (two NOPs, 1-4 blocks), then only NOP/EOL
+/// padding. Anything else (another option, another layout, an option past `len`) is unknown,
+/// and the ACK is kept. Fixed positions, not a walk: a walk's every step is a branch point for
+/// the BPF verifier, and it gives up on the sequence.
+pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
+    let byte = |i: usize| opts.get(i).copied().unwrap_or(0xff);
+    let padded_before = byte(0) == options::NOP
+        && byte(1) == options::NOP
+        && byte(2) == options::TIMESTAMP
+        && byte(3) == 10;
+    let padded_after = byte(0) == options::TIMESTAMP
+        && byte(1) == 10
+        && byte(10) == options::NOP
+        && byte(11) == options::NOP;
+    let mut at = if padded_before || padded_after { 12 } else { 0 };
+    if byte(at) == options::NOP && byte(at + 1) == options::NOP && byte(at + 2) == options::SACK {
+        let olen = byte(at + 3) as usize;
+        if !matches!(olen, 10 | 18 | 26 | 34) {
+            seen.unknown_option = true;
+            return;
+        }
+        seen.sack = true;
+        at += 2 + olen;
+    }
+    if at > len {
+        seen.unknown_option = true;
+        return;
+    }
+    // The rest is padding: NOP or EOL (and the zeros past `len`).
+    let mut rest = 0u8;
+    for i in 0..40 {
+        if i >= at {
+            rest |= byte(i) & !options::NOP;
+        }
+    }
+    if rest != 0 {
+        seen.unknown_option = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{tcp_flags::*, *};
+
+    const MS: u64 = 1_000_000;
+
+    fn state(last_ack: u32) -> AckState {
+        AckState {
+            last_ack,
+            window: 500,
+            flags: ACK,
+            seen: 1,
+        }
+    }
+
+    fn ack(n: u32) -> AckSeen {
+        AckSeen {
+            ack: n,
+            window: 500,
+            flags: ACK,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn drops_only_when_a_later_ack_is_certain_and_enough_are_scheduled() {
+        let now = 100 * MS;
+        let st = state(1000);
+        let two = scheduled_ahead(now + 2 * MS, now + MS, now);
+        assert_eq!(two, 2);
+        let c = AckFilter::Conservative;
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(5000), two),
+            AckVerdict::Drop
+        );
+        // No data seen beyond it: it may be the last one.
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(2000), two),
+            AckVerdict::Keep(KeepReason::NoLaterData)
+        );
+        assert_eq!(
+            decide(c, &ack(2000), &st, None, two),
+            AckVerdict::Keep(KeepReason::NoLaterData)
+        );
+        // One scheduled ahead: enough for aggressive, not for conservative.
+        let one = scheduled_ahead(now + MS, now - MS, now);
+        assert_eq!(one, 1);
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(5000), one),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+        assert_eq!(
+            decide(AckFilter::Aggressive, &ack(2000), &st, Some(5000), one),
+            AckVerdict::Drop
+        );
+        let none = scheduled_ahead(now - MS, now - 2 * MS, now);
+        assert_eq!(
+            decide(AckFilter::Aggressive, &ack(2000), &st, Some(5000), none),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+        assert_eq!(
+            decide(AckFilter::Off, &ack(2000), &st, Some(5000), two),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+    }
+
+    #[test]
+    fn information_no_later_ack_repeats_is_never_dropped() {
+        let st = state(1000);
+        let c = AckFilter::Aggressive;
+        let keep = |a: AckSeen| decide(c, &a, &st, Some(9000), 2);
+        assert_eq!(keep(ack(1000)), AckVerdict::Keep(KeepReason::Duplicate));
+        assert_eq!(keep(ack(900)), AckVerdict::Keep(KeepReason::Duplicate));
+        assert_eq!(
+            keep(AckSeen {
+                window: 501,
+                ..ack(2000)
+            }),
+            AckVerdict::Keep(KeepReason::Window)
+        );
+        assert_eq!(
+            keep(AckSeen {
+                flags: ACK | ECE,
+                ..ack(2000)
+            }),
+            AckVerdict::Keep(KeepReason::Ecn)
+        );
+        assert_eq!(
+            keep(AckSeen {
+                sack: true,
+                ..ack(2000)
+            }),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        assert_eq!(
+            keep(AckSeen {
+                unknown_option: true,
+                ..ack(2000)
+            }),
+            AckVerdict::Keep(KeepReason::UnknownOption)
+        );
+        let fresh = AckState::default();
+        assert_eq!(
+            decide(c, &ack(2000), &fresh, Some(9000), 2),
+            AckVerdict::Keep(KeepReason::First)
+        );
+    }
+
+    #[test]
+    fn sequence_space_wraps() {
+        assert!(after(5, u32::MAX - 5));
+        assert!(!after(u32::MAX - 5, 5));
+        let st = state(u32::MAX - 100);
+        assert_eq!(
+            decide(AckFilter::Conservative, &ack(200), &st, Some(5000), 2),
+            AckVerdict::Drop
+        );
+    }
+
+    #[test]
+    fn pure_acks_and_options() {
+        assert!(is_pure_ack(ACK, 0));
+        assert!(is_pure_ack(ACK | PSH | ECE, 0));
+        assert!(!is_pure_ack(ACK, 1), "data-bearing");
+        assert!(!is_pure_ack(ACK | FIN, 0));
+        assert!(!is_pure_ack(ACK | SYN, 0));
+        assert!(!is_pure_ack(ACK | RST, 0));
+        assert!(!is_pure_ack(ACK | URG, 0));
+        assert!(!is_pure_ack(0, 0));
+        let scan = |bytes: &[u8]| {
+            let mut o = [0u8; 64];
+            o[..bytes.len()].copy_from_slice(bytes);
+            let mut s = AckSeen::default();
+            scan_options(&o, bytes.len(), &mut s);
+            (s.sack, s.unknown_option)
+        };
+        let ts = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        assert_eq!(scan(&ts), (false, false));
+        let mut ts_sack = ts.to_vec();
+        ts_sack.extend_from_slice(&[1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2]);
+        assert_eq!(scan(&ts_sack), (true, false));
+        assert_eq!(scan(&[2, 4, 5, 180]), (false, true), "MSS is not for ACKs");
+        assert_eq!(scan(&[1, 1, 8, 10, 0, 0]), (false, true), "truncated");
+        assert_eq!(
+            scan(&[5, 7, 0, 0, 0, 0, 0]),
+            (false, true),
+            "bad SACK length"
+        );
+        assert_eq!(scan(&[0, 0, 0, 0]), (false, false), "EOL padding");
+        assert_eq!(scan(&[1, 1, 1, 0]), (false, false), "NOP padding");
+        assert_eq!(
+            scan(&[0, 2, 4]),
+            (false, true),
+            "bytes after EOL must be padding"
+        );
+        let sack_only = [1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        assert_eq!(scan(&sack_only), (true, false));
+        let ts_after = [8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 1, 1];
+        assert_eq!(scan(&ts_after), (false, false), "timestamps padded after");
+        let mut cut = [0u8; 16];
+        cut[..12].copy_from_slice(&ts_after);
+        cut[12..].copy_from_slice(&[1, 1, 5, 18]);
+        assert_eq!(scan(&cut), (true, true), "a SACK block past the options");
+        assert_eq!(scan(&[]), (false, false));
+    }
+
+    #[test]
+    fn record_keeps_the_highest_ack() {
+        let mut st = AckState::default();
+        record(&mut st, &ack(2000));
+        record(&mut st, &ack(1500));
+        assert_eq!((st.last_ack, st.seen), (2000, 1));
+    }
+}
