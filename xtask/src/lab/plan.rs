@@ -106,6 +106,7 @@ pub fn generate(s: &Scenario, c: &Contender) -> String {
     }
     p.push_str("# the contender\n");
     contender(&mut p, s, c);
+    host_settings(&mut p, s);
     traffic(&mut p, s);
     p.push_str("# counters\n");
     if s.down.is_some() {
@@ -339,6 +340,24 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
     }
 }
 
+/// Per-namespace TCP settings of the hosts, where their connections are opened.
+fn host_settings(p: &mut String, s: &Scenario) {
+    if s.host_ecn.is_empty() {
+        return;
+    }
+    p.push_str("# ECN as the hosts' TCP flows ask (servers keep 2: accept when asked)\n");
+    for (host, ecn) in &s.host_ecn {
+        do_(
+            p,
+            &format!(
+                "ip netns exec {} sysctl -qw net.ipv4.tcp_ecn={}",
+                host_ns(host),
+                u8::from(*ecn)
+            ),
+        );
+    }
+}
+
 fn traffic(p: &mut String, s: &Scenario) {
     p.push_str("# iperf3 servers, one per flow\n");
     for (i, f) in s.flows.iter().enumerate() {
@@ -447,6 +466,7 @@ mod tests {
             direction = "download"
             cc = "bbr"
             parallel = 4
+            ecn = true
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
@@ -458,5 +478,7 @@ mod tests {
         assert!(plan.contains("lab_shaper s-server eth0 --rate 95mbit --isolation hosts"));
         assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.1.1.2 -p 5201 -P 4 -R -C bbr"));
         assert!(plan.contains("lab_collect contender-server s-server eth0"));
+        assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
+        assert!(!plan.contains("s-server sysctl"));
     }
 }

@@ -87,6 +87,9 @@ pub struct FlowResult {
     pub direction: FlowDirection,
     pub protocol: Protocol,
     pub cc: Option<String>,
+    /// Whether its connections asked for ECN (None: the kernel's default, they do not).
+    #[serde(default)]
+    pub ecn: Option<bool>,
     pub parallel: u32,
     /// When it really started, on the run's clock (0 = the flows' zero).
     pub started_s: f64,
@@ -399,6 +402,7 @@ fn flow(
         direction: f.direction,
         protocol: f.protocol,
         cc: f.cc.clone(),
+        ecn: f.ecn,
         parallel: f.parallel,
         started_s: started,
         stopped_s: started + (f.stop - f.start),
