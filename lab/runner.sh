@@ -52,9 +52,11 @@ lab_shaper() {
 	done
 }
 
-# lab_server NS PORT ID: a one-shot iperf3 server reporting JSON at 100 ms.
+# lab_server NS PORT ID IPERF3-ARGS...: a one-shot iperf3 server reporting JSON at 100 ms.
 lab_server() {
-	ip netns exec "$1" iperf3 -s -1 -J -i 0.1 -p "$2" >"$3.server.json" 2>"$3.server.err" &
+	ns=$1 port=$2 id=$3
+	shift 3
+	ip netns exec "$ns" iperf3 -s -1 -J -i 0.1 -p "$port" "$@" >"$id.server.json" 2>"$id.server.err" &
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 

@@ -20,9 +20,12 @@
 
 use std::fmt::Write;
 
-use super::scenario::{
-    Contender, Direction, Family, FlowDirection, Kind, Link, Location, ProbeKind, Protocol,
-    Scenario,
+use super::{
+    dscp,
+    scenario::{
+        Contender, Direction, Family, FlowDirection, Kind, Link, Location, ProbeKind, Protocol,
+        Scenario,
+    },
 };
 use crate::initramfs::sh_quote;
 
@@ -51,6 +54,13 @@ fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
         s.servers.iter().position(|n| n == name).unwrap_or(0) + 1,
         family,
     )
+}
+
+fn family_flag(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "-4",
+        Family::Ipv6 => "-6",
+    }
 }
 
 /// The namespace and interface of a placement.
@@ -362,6 +372,9 @@ fn traffic(p: &mut String, s: &Scenario) {
     p.push_str("# iperf3 servers, one per flow\n");
     for (i, f) in s.flows.iter().enumerate() {
         let port = FIRST_PORT + i as u16;
+        // In the flow's family: by default iperf3 (3.12) listens on a dual-stack IPv6 socket
+        // and sets only IPV6_TCLASS on what it accepts, so IPv4 downloads would leave
+        // without their DSCP.
         line(
             p,
             &[
@@ -369,6 +382,7 @@ fn traffic(p: &mut String, s: &Scenario) {
                 server_ns(&f.server),
                 port.to_string(),
                 f.id.clone(),
+                family_flag(f.family).into(),
             ],
         );
     }
@@ -429,6 +443,10 @@ fn traffic(p: &mut String, s: &Scenario) {
         if let Some(cc) = &f.cc {
             w.extend(["-C".into(), cc.clone()]);
         }
+        if let Some(d) = f.dscp {
+            // iperf3 sends it to the server, which sets it too: both directions carry it.
+            w.extend(["--tos".into(), dscp::tos(d).to_string()]);
+        }
         if f.protocol == Protocol::Udp {
             w.extend([
                 "-u".into(),
@@ -467,6 +485,13 @@ mod tests {
             cc = "bbr"
             parallel = 4
             ecn = true
+            [[flow]]
+            host = "a"
+            direction = "download"
+            protocol = "udp"
+            rate = "2mbit"
+            dscp = "EF"
+            family = "ipv6"
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
@@ -478,6 +503,11 @@ mod tests {
         assert!(plan.contains("lab_shaper s-server eth0 --rate 95mbit --isolation hosts"));
         assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.1.1.2 -p 5201 -P 4 -R -C bbr"));
         assert!(plan.contains("lab_collect contender-server s-server eth0"));
+        assert!(plan.contains("lab_server s-server 5201 a.0 -4"));
+        assert!(plan.contains("lab_server s-server 5202 a.1 -6"));
+        assert!(plan.contains(
+            "lab_flow a.1 h-a 0 10 -c fd01:1::2 -p 5202 -P 1 -R --tos 184 -u -b 2000000"
+        ));
         assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
         assert!(!plan.contains("s-server sysctl"));
     }

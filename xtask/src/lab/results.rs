@@ -90,6 +90,8 @@ pub struct FlowResult {
     /// Whether its connections asked for ECN (None: the kernel's default, they do not).
     #[serde(default)]
     pub ecn: Option<bool>,
+    #[serde(default)]
+    pub dscp: Option<u8>,
     pub parallel: u32,
     /// When it really started, on the run's clock (0 = the flows' zero).
     pub started_s: f64,
@@ -403,6 +405,7 @@ fn flow(
         protocol: f.protocol,
         cc: f.cc.clone(),
         ecn: f.ecn,
+        dscp: f.dscp,
         parallel: f.parallel,
         started_s: started,
         stopped_s: started + (f.stop - f.start),

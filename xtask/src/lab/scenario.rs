@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context, Result, bail, ensure};
 use serde::Deserialize;
 
-use super::units;
+use super::{dscp, units};
 
 // ---- the file as written -------------------------------------------------------------------
 
@@ -99,6 +99,8 @@ struct FlowFile {
     #[serde(default)]
     family: Family,
     ecn: Option<bool>,
+    /// A name or a number, so it is checked by hand (see `dscp`).
+    dscp: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -262,6 +264,8 @@ pub struct Flow {
     pub family: Family,
     /// Whether the connections negotiate ECN (TCP only; None: the kernel's default).
     pub ecn: Option<bool>,
+    /// The DSCP its packets carry, both ways (None: 0, iperf3's default).
+    pub dscp: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -520,6 +524,12 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             fl.ecn.is_none() || fl.protocol == Protocol::Tcp,
             "{what}: ecn is for TCP flows (a UDP sender does not react to marks)"
         );
+        let dscp = fl
+            .dscp
+            .as_ref()
+            .map(dscp::parse)
+            .transpose()
+            .with_context(|| format!("{what}: dscp"))?;
         let index = flows.iter().filter(|x: &&Flow| x.host == fl.host).count();
         flows.push(Flow {
             id: format!("{}.{index}", fl.host),
@@ -534,6 +544,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             stop,
             family: fl.family,
             ecn: fl.ecn,
+            dscp,
         });
     }
     let host_ecn = host_ecn(&flows)?;
@@ -837,6 +848,19 @@ mod tests {
     }
 
     #[test]
+    fn dscp() {
+        let s = parse_str(
+            &GOOD
+                .replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = \"EF\"")
+                .replace("rate = \"5mbit\"", "rate = \"5mbit\"\n        dscp = 8"),
+        )
+        .unwrap();
+        assert_eq!(s.flows[0].dscp, Some(46));
+        assert_eq!(s.flows[1].dscp, Some(8));
+        assert_eq!(parse_str(GOOD).unwrap().flows[0].dscp, None);
+    }
+
+    #[test]
     fn ecn_errors() {
         assert!(
             err(&GOOD.replace("rate = \"5mbit\"", "rate = \"5mbit\"\n        ecn = true"))
@@ -907,6 +931,13 @@ mod tests {
             .contains("needs a rate")
         );
         assert!(err("duration = \"10s\"").contains("topology"));
+        assert!(
+            err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = \"AF5\""))
+                .contains("flow 1 (host \"a\"): dscp")
+        );
+        assert!(
+            err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = 64")).contains("0-63")
+        );
         assert!(
             err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        ecn = \"yes\""))
                 .contains("ecn")
