@@ -68,6 +68,7 @@ const HEADER: &[&str] = &[
     "TCP RTT p50",
     "retrans",
     "drops path/contender",
+    "ECN marks",
     "VM CPU",
     "host CPU, others",
 ];
@@ -137,6 +138,7 @@ fn rows(runs: &[&RunResult]) -> Vec<Vec<String>> {
                 num(m(&|r| Some(r.drops_bottleneck as f64)), 0),
                 num(m(&|r| Some(r.drops_contender as f64)), 0)
             ),
+            num(m(&|r| Some(r.marks_contender as f64)), 0),
             format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
             m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
         ]);

@@ -57,10 +57,11 @@ pub struct RunResult {
     pub jain_flows: Option<f64>,
     pub latency: Latency,
     pub retransmits: u64,
-    /// Packets dropped by the bottleneck's qdiscs and by the contender's.
+    /// Packets dropped by the bottleneck's qdiscs and by the contender's (its qdiscs and, for
+    /// shaper, its own drops).
     pub drops_bottleneck: u64,
     pub drops_contender: u64,
-    /// ECN marks by the contender's qdisc.
+    /// ECN marks by the contender (its qdiscs', and shaper's own).
     pub marks_contender: u64,
     /// CPU time the VM's CPUs were busy during the run, and that as a share of all CPU time.
     pub cpu_busy_s: f64,
@@ -271,6 +272,9 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         } else if let Some(place) = stem.strip_prefix("shaper-") {
             let v = json(dir, &name)
                 .unwrap_or_else(|| Value::String(read(dir, &name).unwrap_or_default()));
+            let (drops, marks) = shaper_counters(&v);
+            r.drops_contender += drops;
+            r.marks_contender += marks;
             r.shaper.insert(place.to_string(), v);
         }
     }
@@ -292,6 +296,17 @@ fn top_level(v: &Value) -> Value {
         ),
         _ => Value::Null,
     }
+}
+
+/// Drops and ECN marks from `shaper stats --json`. shaper drops and marks in BPF, before the
+/// qdisc under it sees the packet, so tc's counters miss them: `dropped` maps each reason to
+/// its count, `ecn_marked` is absent in binaries older than the AQM (none marked).
+fn shaper_counters(v: &Value) -> (u64, u64) {
+    let drops = v["dropped"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    (drops, v["ecn_marked"].as_u64().unwrap_or(0))
 }
 
 fn sum_key(v: &Value, key: &str) -> u64 {
@@ -605,6 +620,14 @@ mod tests {
                  [103.5] 64 bytes from x: icmp_seq=2 ttl=64 time=9.0 ms\n"
                     .into(),
             ),
+            (
+                "qdisc-contender-server.json",
+                r#"[{"kind":"fq","drops":4}]"#.into(),
+            ),
+            (
+                "shaper-contender-server.json",
+                r#"{"dropped":{"codel":6,"horizon":1},"ecn_marked":9}"#.into(),
+            ),
             ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
             ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
         ];
@@ -636,6 +659,9 @@ mod tests {
         assert_eq!(r.latency.induced_ms, Some(8.0));
         assert_eq!(r.latency.tcp_rtt.p50, Some(20.0));
         assert!(close(r.cpu_busy_s, 1.0) && close(r.cpu_busy_share, 0.5));
+        // The qdisc under shaper and shaper itself.
+        assert_eq!((r.drops_contender, r.marks_contender), (11, 9));
+        assert_eq!(r.shaper.len(), 1);
     }
 
     #[test]
@@ -646,5 +672,24 @@ mod tests {
         .unwrap();
         assert_eq!(sum_key(&top_level(&v), "drops"), 4);
         assert_eq!(sum_key(&v, "ecn_mark"), 2);
+    }
+
+    #[test]
+    fn shaper_stats() {
+        // Abridged `shaper stats --json` of a binary with the AQM.
+        let v: Value = serde_json::from_str(
+            r#"{"iface":"eth0","rate_bps":100000000,"packets":81234,
+                "dropped":{"blue":2,"codel":17,"horizon":0,"overlimit":5},
+                "passed_unshaped":{"malformed":0,"non_ip":3},
+                "ecn_marked":412,"delay_hist":[{"le_us":1000,"packets":80000}]}"#,
+        )
+        .unwrap();
+        assert_eq!(shaper_counters(&v), (24, 412));
+        // Before the AQM: no ecn_marked.
+        let old: Value =
+            serde_json::from_str(r#"{"dropped":{"horizon":3},"passed_unshaped":{}}"#).unwrap();
+        assert_eq!(shaper_counters(&old), (3, 0));
+        // What the runner keeps when stats failed: the error text.
+        assert_eq!(shaper_counters(&Value::String("Error: ...".into())), (0, 0));
     }
 }
