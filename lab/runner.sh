@@ -101,6 +101,21 @@ lab_ping() {
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 
+# lab_rr_server NS PORT: lab-probe's UDP and TCP echo for the request/response probes; it
+# runs until the run's cleanup.
+lab_rr_server() {
+	ip netns exec "$1" lab-probe server --port "$2" >"rr-server-$1.log" 2>&1 &
+}
+
+# lab_rr ID NS KIND INTERVAL SECONDS ADDR PORT: request/response round trips (KIND udp-rr or
+# tcp-rr) from time zero on, one line per reply in ping -D's format.
+lab_rr() {
+	id=$1 ns=$2 kind=$3 interval=$4 secs=$5 addr=$6 port=$7
+	ip netns exec "$ns" lab-probe client --proto "${kind%-rr}" --port "$port" \
+		--interval "$interval" --duration "$secs" "$addr" >"$id.$kind" 2>&1 &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
 # lab_wait SECONDS: waits for flows, servers and probes; kills stragglers after a grace time.
 lab_wait() {
 	(

@@ -12,9 +12,9 @@ pub fn parse(v: &toml::Value) -> Result<u8> {
             Ok(*n as u8)
         }
         toml::Value::String(s) => by_name(s),
-        other => bail!(
-            "dscp = {other}: write a name (\"EF\", \"AF41\", \"CS1\", ...) or a number 0-63"
-        ),
+        other => {
+            bail!("dscp = {other}: write a name (\"EF\", \"AF41\", \"CS1\", ...) or a number 0-63")
+        }
     }
 }
 

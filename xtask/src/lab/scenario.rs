@@ -173,10 +173,28 @@ pub enum Family {
     Ipv6,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ProbeKind {
+    /// ICMP echo (`ping -D`).
     Ping,
+    /// A UDP request and its echo (`lab-probe`).
+    UdpRr,
+    /// A request and its echo on one TCP connection (`lab-probe`).
+    TcpRr,
+}
+
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 3] = [ProbeKind::Ping, ProbeKind::UdpRr, ProbeKind::TcpRr];
+
+    /// As scenario files and result files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Ping => "ping",
+            ProbeKind::UdpRr => "udp-rr",
+            ProbeKind::TcpRr => "tcp-rr",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -825,8 +843,8 @@ mod tests {
     fn ecn() {
         // Unset everywhere: no host is touched.
         assert!(parse_str(GOOD).unwrap().host_ecn.is_empty());
-        let s = parse_str(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        ecn = true"))
-            .unwrap();
+        let s =
+            parse_str(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        ecn = true")).unwrap();
         assert_eq!(s.flows[0].ecn, Some(true));
         assert_eq!(s.host_ecn, BTreeMap::from([("a".to_string(), true)]));
         // Explicitly off on every TCP flow of a host; a UDP flow of it does not take part.
@@ -844,7 +862,7 @@ mod tests {
             "#,
         ))
         .unwrap();
-        assert_eq!(s.host_ecn["a"], false);
+        assert_eq!(s.host_ecn.get("a"), Some(&false));
     }
 
     #[test]
