@@ -909,7 +909,7 @@ mod tests {
                 n += 1;
             }
         }
-        assert!(n >= 6, "expected the six shipped scenarios, found {n}");
+        assert!(n >= 13, "expected the 13 shipped scenarios, found {n}");
     }
 
     #[test]
