@@ -52,9 +52,11 @@ lab_shaper() {
 	done
 }
 
-# lab_server NS PORT ID: a one-shot iperf3 server reporting JSON at 100 ms.
+# lab_server NS PORT ID IPERF3-ARGS...: a one-shot iperf3 server reporting JSON at 100 ms.
 lab_server() {
-	ip netns exec "$1" iperf3 -s -1 -J -i 0.1 -p "$2" >"$3.server.json" 2>"$3.server.err" &
+	ns=$1 port=$2 id=$3
+	shift 3
+	ip netns exec "$ns" iperf3 -s -1 -J -i 0.1 -p "$port" "$@" >"$id.server.json" 2>"$id.server.err" &
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 
@@ -96,6 +98,21 @@ lab_ping() {
 	id=$1 ns=$2 interval=$3 secs=$4
 	shift 4
 	ip netns exec "$ns" ping -D -n -i "$interval" -w "$secs" "$@" >"$id.ping" 2>&1 &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
+# lab_rr_server NS PORT: lab-probe's UDP and TCP echo for the request/response probes; it
+# runs until the run's cleanup.
+lab_rr_server() {
+	ip netns exec "$1" lab-probe server --port "$2" >"rr-server-$1.log" 2>&1 &
+}
+
+# lab_rr ID NS KIND INTERVAL SECONDS ADDR PORT: request/response round trips (KIND udp-rr or
+# tcp-rr) from time zero on, one line per reply in ping -D's format.
+lab_rr() {
+	id=$1 ns=$2 kind=$3 interval=$4 secs=$5 addr=$6 port=$7
+	ip netns exec "$ns" lab-probe client --proto "${kind%-rr}" --port "$port" \
+		--interval "$interval" --duration "$secs" "$addr" >"$id.$kind" 2>&1 &
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 

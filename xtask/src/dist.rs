@@ -1,4 +1,5 @@
-//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader.
+//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader; and the
+//! lab's `lab-probe`, built the same way for the VM.
 
 use std::{path::PathBuf, process::Command};
 
@@ -20,6 +21,17 @@ pub fn run(_o: &Options) -> Result<PathBuf> {
 
 /// Builds the release binary and checks that it is statically linked.
 pub fn build() -> Result<PathBuf> {
+    build_static("shaper")
+}
+
+/// The lab's request/response probe (`lab-probe/`), built the same way for the VM.
+pub fn build_lab_probe() -> Result<PathBuf> {
+    build_static("lab-probe")
+}
+
+/// Builds PACKAGE's binary of the same name for the static musl target and checks that it
+/// needs no dynamic loader: the VM and scratch containers have none.
+fn build_static(package: &str) -> Result<PathBuf> {
     let root = workspace_root();
     run_status(Command::new("cargo").current_dir(&root).args([
         "build",
@@ -28,10 +40,14 @@ pub fn build() -> Result<PathBuf> {
         "--target",
         TARGET,
         "-p",
-        "shaper",
+        package,
     ]))
-    .context("building the static shaper binary")?;
-    let path = root.join("target").join(TARGET).join("release/shaper");
+    .with_context(|| format!("building the static {package} binary"))?;
+    let path = root
+        .join("target")
+        .join(TARGET)
+        .join("release")
+        .join(package);
     let elf = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     if has_interpreter(&elf)? {
         bail!(

@@ -1,6 +1,7 @@
 //! The VM's root file system: busybox for the basics, the host's real iproute2, iperf3, ping,
-//! dash and bash (with their libraries), the static `shaper`, the repository's test scripts
-//! and scenarios, the kernel modules the tests need, and an `/init` that runs one command.
+//! dash and bash (with their libraries), the static `shaper` and `lab-probe`, the repository's
+//! test scripts and scenarios, the kernel modules the tests need, and an `/init` that runs one
+//! command.
 
 use std::{
     path::{Path, PathBuf},
@@ -70,6 +71,8 @@ pub const EXIT_MARKER: &str = "@@SHAPER-VM-EXIT ";
 pub struct Contents<'a> {
     pub kernel: &'a KernelTree,
     pub shaper: &'a Path,
+    /// The lab's static request/response probe.
+    pub lab_probe: &'a Path,
     pub repo: &'a Path,
     /// Host files copied into `RUN_DIR` under their file names.
     pub files: &'a [PathBuf],
@@ -99,6 +102,7 @@ pub fn build(c: &Contents, out: &Path) -> Result<()> {
         }
     }
     a.copy_file("/usr/local/bin/shaper", c.shaper)?;
+    a.copy_file("/usr/local/bin/lab-probe", c.lab_probe)?;
     for sub in ["tests/vm", "lab"] {
         let p = c.repo.join(sub);
         if p.is_dir() {

@@ -107,6 +107,7 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
     let _one_at_a_time = exclusive_machine()?;
     let kernel = kernel::fetch(spec.kernel)?;
     let shaper = dist::build()?;
+    let lab_probe = dist::build_lab_probe()?;
     let work = root.join("target/vm");
     std::fs::create_dir_all(&work)?;
     let id = format!(
@@ -124,6 +125,7 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
         &initramfs::Contents {
             kernel: &kernel,
             shaper: &shaper,
+            lab_probe: &lab_probe,
             repo: &root,
             files: &files,
             command: &command,

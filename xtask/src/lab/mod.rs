@@ -6,6 +6,7 @@
 //! that come back into per-run JSON (`results`), a table, Markdown and PNG plots (`report`,
 //! `plot`). `lab report DIR` regenerates the lab section of docs/benchmarks.md from a run.
 
+mod dscp;
 mod hostload;
 mod plan;
 mod plot;

@@ -18,16 +18,21 @@
 //! hosts, as on a real access link. The router's `wan0` and `lan0` are likewise single
 //! interfaces every upload or download passes, where a home router's shaper sits.
 
-use std::fmt::Write;
+use std::{collections::BTreeSet, fmt::Write};
 
-use super::scenario::{
-    Contender, Direction, Family, FlowDirection, Kind, Link, Location, ProbeKind, Protocol,
-    Scenario,
+use super::{
+    dscp,
+    scenario::{
+        Contender, Direction, Family, FlowDirection, Kind, Link, Location, ProbeKind, Protocol,
+        Scenario,
+    },
 };
 use crate::initramfs::sh_quote;
 
 /// The first iperf3 server port; flow N listens on FIRST_PORT + N.
 const FIRST_PORT: u16 = 5201;
+/// Where `lab-probe server` echoes UDP and TCP for the request/response probes.
+const RR_PORT: u16 = 5200;
 
 pub fn server_ns(name: &str) -> String {
     format!("s-{name}")
@@ -51,6 +56,13 @@ fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
         s.servers.iter().position(|n| n == name).unwrap_or(0) + 1,
         family,
     )
+}
+
+fn family_flag(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "-4",
+        Family::Ipv6 => "-6",
+    }
 }
 
 /// The namespace and interface of a placement.
@@ -106,6 +118,7 @@ pub fn generate(s: &Scenario, c: &Contender) -> String {
     }
     p.push_str("# the contender\n");
     contender(&mut p, s, c);
+    host_settings(&mut p, s);
     traffic(&mut p, s);
     p.push_str("# counters\n");
     if s.down.is_some() {
@@ -339,10 +352,31 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
     }
 }
 
+/// Per-namespace TCP settings of the hosts, where their connections are opened.
+fn host_settings(p: &mut String, s: &Scenario) {
+    if s.host_ecn.is_empty() {
+        return;
+    }
+    p.push_str("# ECN as the hosts' TCP flows ask (servers keep 2: accept when asked)\n");
+    for (host, ecn) in &s.host_ecn {
+        do_(
+            p,
+            &format!(
+                "ip netns exec {} sysctl -qw net.ipv4.tcp_ecn={}",
+                host_ns(host),
+                u8::from(*ecn)
+            ),
+        );
+    }
+}
+
 fn traffic(p: &mut String, s: &Scenario) {
     p.push_str("# iperf3 servers, one per flow\n");
     for (i, f) in s.flows.iter().enumerate() {
         let port = FIRST_PORT + i as u16;
+        // In the flow's family: by default iperf3 (3.12) listens on a dual-stack IPv6 socket
+        // and sets only IPV6_TCLASS on what it accepts, so IPv4 downloads would leave
+        // without their DSCP.
         line(
             p,
             &[
@@ -350,17 +384,38 @@ fn traffic(p: &mut String, s: &Scenario) {
                 server_ns(&f.server),
                 port.to_string(),
                 f.id.clone(),
+                family_flag(f.family).into(),
+            ],
+        );
+    }
+    // One echo server for the request/response probes of each server that has some.
+    let rr_servers: BTreeSet<&str> = s
+        .probes
+        .iter()
+        .filter(|pr| pr.kind != ProbeKind::Ping)
+        .map(|pr| pr.server.as_str())
+        .collect();
+    for server in &rr_servers {
+        line(
+            p,
+            &[
+                "lab_rr_server".into(),
+                server_ns(server),
+                RR_PORT.to_string(),
             ],
         );
     }
     for server in &s.servers {
-        let ports: Vec<String> = s
+        let mut ports: Vec<String> = s
             .flows
             .iter()
             .enumerate()
             .filter(|(_, f)| &f.server == server)
             .map(|(i, _)| (FIRST_PORT + i as u16).to_string())
             .collect();
+        if rr_servers.contains(server.as_str()) {
+            ports.push(RR_PORT.to_string());
+        }
         if !ports.is_empty() {
             let mut w = vec!["lab_listening".to_string(), server_ns(server)];
             w.extend(ports);
@@ -373,18 +428,25 @@ fn traffic(p: &mut String, s: &Scenario) {
     // The runner's idle lead-in plus the duration plus a second of tail.
     let probe_secs = (s.duration.ceil() as u64) + 3;
     for pr in &s.probes {
-        let ProbeKind::Ping = pr.kind;
+        let addr = server_addr(s, &pr.server, pr.family);
         let mut w = vec![
-            "lab_ping".to_string(),
+            match pr.kind {
+                ProbeKind::Ping => "lab_ping",
+                ProbeKind::UdpRr | ProbeKind::TcpRr => "lab_rr",
+            }
+            .to_string(),
             pr.id.clone(),
             host_ns(&pr.host),
-            format!("{}", pr.interval),
-            probe_secs.to_string(),
         ];
-        if pr.family == Family::Ipv6 {
-            w.push("-6".into());
+        if pr.kind != ProbeKind::Ping {
+            w.push(pr.kind.as_str().into());
         }
-        w.push(server_addr(s, &pr.server, pr.family));
+        w.extend([format!("{}", pr.interval), probe_secs.to_string()]);
+        match pr.kind {
+            ProbeKind::Ping if pr.family == Family::Ipv6 => w.extend(["-6".into(), addr]),
+            ProbeKind::Ping => w.push(addr),
+            ProbeKind::UdpRr | ProbeKind::TcpRr => w.extend([addr, RR_PORT.to_string()]),
+        }
         line(p, &w);
     }
     p.push_str("# flows\n");
@@ -409,6 +471,10 @@ fn traffic(p: &mut String, s: &Scenario) {
         }
         if let Some(cc) = &f.cc {
             w.extend(["-C".into(), cc.clone()]);
+        }
+        if let Some(d) = f.dscp {
+            // iperf3 sends it to the server, which sets it too: both directions carry it.
+            w.extend(["--tos".into(), dscp::tos(d).to_string()]);
         }
         if f.protocol == Protocol::Udp {
             w.extend([
@@ -447,6 +513,26 @@ mod tests {
             direction = "download"
             cc = "bbr"
             parallel = 4
+            ecn = true
+            [[flow]]
+            host = "a"
+            direction = "download"
+            protocol = "udp"
+            rate = "2mbit"
+            dscp = "EF"
+            family = "ipv6"
+            [[probe]]
+            host = "a"
+            kind = "ping"
+            interval = "10ms"
+            [[probe]]
+            host = "a"
+            kind = "udp-rr"
+            interval = "10ms"
+            [[probe]]
+            host = "a"
+            kind = "tcp-rr"
+            family = "ipv6"
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
@@ -458,5 +544,17 @@ mod tests {
         assert!(plan.contains("lab_shaper s-server eth0 --rate 95mbit --isolation hosts"));
         assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.1.1.2 -p 5201 -P 4 -R -C bbr"));
         assert!(plan.contains("lab_collect contender-server s-server eth0"));
+        assert!(plan.contains("lab_server s-server 5201 a.0 -4"));
+        assert!(plan.contains("lab_server s-server 5202 a.1 -6"));
+        assert!(plan.contains(
+            "lab_flow a.1 h-a 0 10 -c fd01:1::2 -p 5202 -P 1 -R --tos 184 -u -b 2000000"
+        ));
+        assert!(plan.contains("lab_rr_server s-server 5200\n"));
+        assert!(plan.contains("lab_listening s-server 5201 5202 5200\n"));
+        assert!(plan.contains("lab_ping a.0 h-a 0.01 13 10.1.1.2\n"));
+        assert!(plan.contains("lab_rr a.1 h-a udp-rr 0.01 13 10.1.1.2 5200\n"));
+        assert!(plan.contains("lab_rr a.2 h-a tcp-rr 0.1 13 fd01:1::2 5200\n"));
+        assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
+        assert!(!plan.contains("s-server sysctl"));
     }
 }

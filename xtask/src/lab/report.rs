@@ -1,11 +1,14 @@
 //! The comparison table (terminal and Markdown) and the reports built around it: a run's own
 //! `report.md`, and the lab section of docs/benchmarks.md.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
 
 use anyhow::{Context, Result};
 
-use super::{RunResult, load_results, plot};
+use super::{RunResult, load_results, plot, results::ProbeLatency, scenario::ProbeKind};
 
 const BEGIN: &str = "<!-- lab:begin -->";
 const END: &str = "<!-- lab:end -->";
@@ -54,7 +57,9 @@ fn num(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
-const HEADER: &[&str] = &[
+/// The columns before the request/response probes' (two per kind the scenario has: see
+/// `Table::of`) and after them.
+const HEADER_LEAD: &[&str] = &[
     "contender",
     "runs",
     "down Mbit/s (util)",
@@ -65,83 +70,125 @@ const HEADER: &[&str] = &[
     "ping idle p50",
     "ping loaded p50/p99",
     "induced",
+];
+const HEADER_TAIL: &[&str] = &[
     "TCP RTT p50",
     "retrans",
     "drops path/contender",
+    "ECN marks",
     "VM CPU",
     "host CPU, others",
 ];
 
-/// One table row per contender, averaged over its successful repetitions; a contender with
-/// none says why it failed.
-fn rows(runs: &[&RunResult]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for (name, reps) in by_contender(runs) {
-        let ok: Vec<&RunResult> = reps.iter().copied().filter(|r| r.status == "ok").collect();
-        let runs_cell = format!("{}/{}", ok.len(), reps.len());
-        if ok.is_empty() {
-            let why = reps
-                .first()
-                .map(|r| short(&r.message, 120))
-                .unwrap_or_default();
-            let mut row = vec![name, runs_cell, format!("FAILED: {why}")];
-            row.resize(HEADER.len(), String::new());
-            out.push(row);
-            continue;
-        }
-        let m = |f: &dyn Fn(&RunResult) -> Option<f64>| mean(ok.iter().map(|r| f(r)));
-        let direction = |d: &dyn Fn(&RunResult) -> &super::results::DirectionResult| {
-            if d(ok[0]).flows == 0 {
-                return "-".to_string();
-            }
-            let bps = m(&|r| Some(d(r).mean_bps / 1e6));
-            let util = m(&|r| d(r).utilisation.map(|u| u * 100.0));
-            match util {
-                Some(u) => format!("{} ({u:.0}%)", num(bps, 1)),
-                None => num(bps, 1),
-            }
-        };
-        let hosts: Vec<String> = ok[0]
-            .hosts
+/// One scenario's comparison: a row per contender, averaged over its successful repetitions;
+/// a contender with none says why it failed.
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn of(runs: &[&RunResult]) -> Table {
+        // The request/response kinds any successful run measured, in the scenario format's
+        // order.
+        let measured: BTreeSet<&str> = runs
             .iter()
-            .map(|h| {
-                let v = m(&|r| {
-                    r.hosts
-                        .iter()
-                        .find(|x| x.name == h.name)
-                        .map(|x| x.mean_bps / 1e6)
-                });
-                format!("{} {}", h.name, num(v, 1))
-            })
+            .filter(|r| r.status == "ok")
+            .flat_map(|r| r.latency.rr.keys().map(String::as_str))
             .collect();
-        let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
-        out.push(vec![
-            name,
-            runs_cell,
-            direction(&|r| &r.download),
-            direction(&|r| &r.upload),
-            hosts.join(", "),
-            num(m(&|r| r.jain_hosts), 3),
-            num(m(&|r| r.jain_flows), 3),
-            ms(m(&|r| r.latency.ping_idle.p50)),
-            format!(
-                "{} / {}",
-                ms(m(&|r| r.latency.ping_loaded.p50)),
-                ms(m(&|r| r.latency.ping_loaded.p99))
-            ),
-            ms(m(&|r| r.latency.induced_ms)),
-            ms(m(&|r| r.latency.tcp_rtt.p50)),
-            num(m(&|r| Some(r.retransmits as f64)), 0),
-            format!(
-                "{}/{}",
-                num(m(&|r| Some(r.drops_bottleneck as f64)), 0),
-                num(m(&|r| Some(r.drops_contender as f64)), 0)
-            ),
-            format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
-            m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
+        let kinds: Vec<&str> = ProbeKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .filter(|k| measured.contains(k))
+            .collect();
+        let mut header: Vec<String> = HEADER_LEAD.iter().map(|h| h.to_string()).collect();
+        for k in &kinds {
+            header.extend([format!("{k} idle p50"), format!("{k} loaded p50/p99")]);
+        }
+        header.extend(HEADER_TAIL.iter().map(|h| h.to_string()));
+        let rows = by_contender(runs)
+            .into_iter()
+            .map(|(name, reps)| row(name, &reps, &kinds, header.len()))
+            .collect();
+        Table { header, rows }
+    }
+}
+
+fn row(name: String, reps: &[&RunResult], kinds: &[&str], width: usize) -> Vec<String> {
+    let ok: Vec<&RunResult> = reps.iter().copied().filter(|r| r.status == "ok").collect();
+    let runs_cell = format!("{}/{}", ok.len(), reps.len());
+    if ok.is_empty() {
+        let why = reps
+            .first()
+            .map(|r| short(&r.message, 120))
+            .unwrap_or_default();
+        let mut row = vec![name, runs_cell, format!("FAILED: {why}")];
+        row.resize(width, String::new());
+        return row;
+    }
+    let m = |f: &dyn Fn(&RunResult) -> Option<f64>| mean(ok.iter().map(|r| f(r)));
+    let direction = |d: &dyn Fn(&RunResult) -> &super::results::DirectionResult| {
+        if d(ok[0]).flows == 0 {
+            return "-".to_string();
+        }
+        let bps = m(&|r| Some(d(r).mean_bps / 1e6));
+        let util = m(&|r| d(r).utilisation.map(|u| u * 100.0));
+        match util {
+            Some(u) => format!("{} ({u:.0}%)", num(bps, 1)),
+            None => num(bps, 1),
+        }
+    };
+    let hosts: Vec<String> = ok[0]
+        .hosts
+        .iter()
+        .map(|h| {
+            let v = m(&|r| {
+                r.hosts
+                    .iter()
+                    .find(|x| x.name == h.name)
+                    .map(|x| x.mean_bps / 1e6)
+            });
+            format!("{} {}", h.name, num(v, 1))
+        })
+        .collect();
+    let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+    let mut row = vec![
+        name,
+        runs_cell,
+        direction(&|r| &r.download),
+        direction(&|r| &r.upload),
+        hosts.join(", "),
+        num(m(&|r| r.jain_hosts), 3),
+        num(m(&|r| r.jain_flows), 3),
+        ms(m(&|r| r.latency.ping_idle.p50)),
+        format!(
+            "{} / {}",
+            ms(m(&|r| r.latency.ping_loaded.p50)),
+            ms(m(&|r| r.latency.ping_loaded.p99))
+        ),
+        ms(m(&|r| r.latency.induced_ms)),
+    ];
+    for k in kinds {
+        let rr =
+            |f: &dyn Fn(&ProbeLatency) -> Option<f64>| ms(m(&|r| r.latency.rr.get(*k).and_then(f)));
+        row.extend([
+            rr(&|l| l.idle.p50),
+            format!("{} / {}", rr(&|l| l.loaded.p50), rr(&|l| l.loaded.p99)),
         ]);
     }
-    out
+    row.extend([
+        ms(m(&|r| r.latency.tcp_rtt.p50)),
+        num(m(&|r| Some(r.retransmits as f64)), 0),
+        format!(
+            "{}/{}",
+            num(m(&|r| Some(r.drops_bottleneck as f64)), 0),
+            num(m(&|r| Some(r.drops_contender as f64)), 0)
+        ),
+        num(m(&|r| Some(r.marks_contender as f64)), 0),
+        format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
+        m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
+    ]);
+    row
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -153,9 +200,9 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
-fn terminal_table(rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+fn terminal_table(t: &Table) -> String {
+    let mut widths: Vec<usize> = t.header.iter().map(|h| h.chars().count()).collect();
+    for r in &t.rows {
         for (i, c) in r.iter().enumerate() {
             // A failure message spans the rest of the row; it does not widen a column.
             if !c.starts_with("FAILED") {
@@ -163,7 +210,7 @@ fn terminal_table(rows: &[Vec<String>]) -> String {
             }
         }
     }
-    let fmt = |cells: Vec<&str>| {
+    let fmt = |cells: &[String]| {
         cells
             .iter()
             .enumerate()
@@ -173,22 +220,22 @@ fn terminal_table(rows: &[Vec<String>]) -> String {
             .trim_end()
             .to_string()
     };
-    let mut out = fmt(HEADER.to_vec());
+    let mut out = fmt(&t.header);
     out.push('\n');
-    for r in rows {
-        out.push_str(&fmt(r.iter().map(String::as_str).collect()));
+    for r in &t.rows {
+        out.push_str(&fmt(r));
         out.push('\n');
     }
     out
 }
 
-fn markdown_table(rows: &[Vec<String>]) -> String {
+fn markdown_table(t: &Table) -> String {
     let mut out = format!(
         "| {} |\n|{}\n",
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
+        t.header.join(" | "),
+        "---|".repeat(t.header.len())
     );
-    for r in rows {
+    for r in &t.rows {
         let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
         out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
@@ -212,7 +259,9 @@ fn scenario_markdown(
          host load average {:.1} before and {:.1} after the VM ran. \
          Throughput is TCP/UDP goodput at the receivers; utilisation is relative to the \
          contender's rate (or the bottleneck's for `none`), both wire rates; latencies are \
-         ICMP round trips between host and server.\n\n",
+         round trips between host and server: ICMP echo (ping), and where there are such \
+         columns a 64-byte request and its echo over UDP (udp-rr) or one TCP connection \
+         (tcp-rr).\n\n",
         first.kernel,
         first.git_commit,
         &first.scenario_hash[..first.scenario_hash.len().min(16)],
@@ -222,7 +271,7 @@ fn scenario_markdown(
         first.host_load.1,
     ));
     md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
-    md.push_str(&markdown_table(&rows(&s.runs)));
+    md.push_str(&markdown_table(&Table::of(&s.runs)));
     md.push('\n');
     if let Some(t) = &plots.throughput {
         md.push_str(&format!(
@@ -263,7 +312,7 @@ pub fn write_run_report(out: &Path, all: &[RunResult], command: &str) -> Result<
     let mut md = format!("# Lab results\n\n```sh\n{command}\n```\n\n");
     for s in by_scenario(all) {
         println!("\n== {}", s.name);
-        print!("{}", terminal_table(&rows(&s.runs)));
+        print!("{}", terminal_table(&Table::of(&s.runs)));
         for r in s.runs.iter().filter(|r| !r.message.is_empty()) {
             println!(
                 "  {} (repetition {}): {}",
@@ -365,6 +414,50 @@ fn parse_blocks(section: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(contender: &str, status: &str, rr: serde_json::Value) -> RunResult {
+        let summary = |p50: f64| serde_json::json!({"count": 1, "p50": p50, "p90": p50, "p99": p50, "mean": p50});
+        let direction = serde_json::json!({"flows": 0, "mean_bps": 0.0, "reference_bps": null, "utilisation": null});
+        serde_json::from_value(serde_json::json!({
+            "scenario": "s", "scenario_hash": "h", "description": "", "contender": contender,
+            "kind": "cake", "repetition": 1, "status": status, "message": "no such option",
+            "kernel": "k", "git_commit": "c", "duration_s": 10.0, "warmup_s": 2.0, "bin_s": 0.1,
+            "hosts": [], "flows": [], "download": direction, "upload": direction,
+            "jain_hosts": null, "jain_flows": null,
+            "latency": {
+                "ping_idle": summary(0.4), "ping_loaded": summary(5.0), "induced_ms": 4.6,
+                "ping_lost": 0, "ping_sent": 1, "tcp_rtt": summary(6.0), "ping_samples": [],
+                "rr": rr,
+            },
+            "retransmits": 0, "drops_bottleneck": 0, "drops_contender": 3, "marks_contender": 7,
+            "cpu_busy_s": 1.0, "cpu_busy_share": 0.5, "qdisc": {}, "shaper": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn table_has_a_pair_of_columns_per_request_response_kind() {
+        let summary = |p50: f64| serde_json::json!({"count": 1, "p50": p50, "p90": p50, "p99": p50, "mean": p50});
+        let rr = serde_json::json!({"udp-rr": {
+            "idle": summary(0.5), "loaded": summary(3.0), "induced_ms": 2.5,
+            "lost": 0, "sent": 2, "samples": [],
+        }});
+        let (a, b) = (
+            run("cake", "ok", rr),
+            run("shaper", "failed", serde_json::json!({})),
+        );
+        let t = Table::of(&[&a, &b]);
+        let at = |name: &str| t.header.iter().position(|h| h == name).unwrap();
+        assert_eq!(at("udp-rr idle p50"), at("induced") + 1);
+        assert_eq!(t.rows[0][at("udp-rr idle p50")], "0.5 ms");
+        assert_eq!(t.rows[0][at("udp-rr loaded p50/p99")], "3.0 ms / 3.0 ms");
+        assert_eq!(t.rows[0][at("ECN marks")], "7");
+        assert!(t.rows.iter().all(|r| r.len() == t.header.len()));
+        assert!(t.rows[1][2].starts_with("FAILED: no such option"));
+        // Without request/response probes the table is as it always was.
+        let t = Table::of(&[&b]);
+        assert_eq!(t.header.len(), HEADER_LEAD.len() + HEADER_TAIL.len());
+    }
 
     #[test]
     fn section_is_replaced_and_the_rest_kept() {

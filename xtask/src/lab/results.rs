@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    scenario::{Contender, Flow, FlowDirection, Protocol, Scenario},
+    scenario::{Contender, Flow, FlowDirection, ProbeKind, Protocol, Scenario},
     stats::{self, Interval, Summary},
 };
 
@@ -57,10 +57,11 @@ pub struct RunResult {
     pub jain_flows: Option<f64>,
     pub latency: Latency,
     pub retransmits: u64,
-    /// Packets dropped by the bottleneck's qdiscs and by the contender's.
+    /// Packets dropped by the bottleneck's qdiscs and by the contender's (its qdiscs and, for
+    /// shaper, its own drops).
     pub drops_bottleneck: u64,
     pub drops_contender: u64,
-    /// ECN marks by the contender's qdisc.
+    /// ECN marks by the contender (its qdiscs', and shaper's own).
     pub marks_contender: u64,
     /// CPU time the VM's CPUs were busy during the run, and that as a share of all CPU time.
     pub cpu_busy_s: f64,
@@ -87,6 +88,11 @@ pub struct FlowResult {
     pub direction: FlowDirection,
     pub protocol: Protocol,
     pub cc: Option<String>,
+    /// Whether its connections asked for ECN (None: the kernel's default, they do not).
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    #[serde(default)]
+    pub dscp: Option<u8>,
     pub parallel: u32,
     /// When it really started, on the run's clock (0 = the flows' zero).
     pub started_s: f64,
@@ -125,6 +131,23 @@ pub struct Latency {
     pub tcp_rtt: Summary,
     /// (time s, rtt ms) of every ping, for plots.
     pub ping_samples: Vec<(f64, f64)>,
+    /// The request/response probes' round trips by kind (`udp-rr`, `tcp-rr`), for the kinds
+    /// the scenario has.
+    #[serde(default)]
+    pub rr: BTreeMap<String, ProbeLatency>,
+}
+
+/// The round trips of one kind of probe over a run, split as the ping fields are.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ProbeLatency {
+    pub idle: Summary,
+    pub loaded: Summary,
+    /// Median loaded minus median idle (ms).
+    pub induced_ms: Option<f64>,
+    pub lost: u64,
+    pub sent: u64,
+    /// (time s, rtt ms) of every reply.
+    pub samples: Vec<(f64, f64)>,
 }
 
 pub struct Context<'a> {
@@ -266,6 +289,9 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         } else if let Some(place) = stem.strip_prefix("shaper-") {
             let v = json(dir, &name)
                 .unwrap_or_else(|| Value::String(read(dir, &name).unwrap_or_default()));
+            let (drops, marks) = shaper_counters(&v);
+            r.drops_contender += drops;
+            r.marks_contender += marks;
             r.shaper.insert(place.to_string(), v);
         }
     }
@@ -287,6 +313,17 @@ fn top_level(v: &Value) -> Value {
         ),
         _ => Value::Null,
     }
+}
+
+/// Drops and ECN marks from `shaper stats --json`. shaper drops and marks in BPF, before the
+/// qdisc under it sees the packet, so tc's counters miss them: `dropped` maps each reason to
+/// its count, `ecn_marked` is absent in binaries older than the AQM (none marked).
+fn shaper_counters(v: &Value) -> (u64, u64) {
+    let drops = v["dropped"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    (drops, v["ecn_marked"].as_u64().unwrap_or(0))
 }
 
 fn sum_key(v: &Value, key: &str) -> u64 {
@@ -399,6 +436,8 @@ fn flow(
         direction: f.direction,
         protocol: f.protocol,
         cc: f.cc.clone(),
+        ecn: f.ecn,
+        dscp: f.dscp,
         parallel: f.parallel,
         started_s: started,
         stopped_s: started + (f.stop - f.start),
@@ -416,7 +455,9 @@ fn flow(
     }
 }
 
-/// `[1795394521.508878] 64 bytes from 10.9.0.2: icmp_seq=2 ttl=64 time=0.360 ms`
+/// `[1795394521.508878] 64 bytes from 10.9.0.2: icmp_seq=2 ttl=64 time=0.360 ms`, as
+/// `ping -D` prints it (lab-probe prints its replies the same way), and its closing
+/// `N packets transmitted, M received, ...`: (wall clock, rtt ms) samples, sent, lost.
 fn ping_samples(text: &str) -> (Vec<(f64, f64)>, u64, u64) {
     let mut samples = Vec::new();
     let (mut sent, mut received) = (0, 0);
@@ -464,11 +505,41 @@ fn latency(
     zero: f64,
     tcp_rtts: Vec<f64>,
 ) -> Latency {
+    let mut by_kind: BTreeMap<ProbeKind, ProbeLatency> = ProbeKind::ALL
+        .into_iter()
+        .filter(|k| s.probes.iter().any(|p| p.kind == *k))
+        .map(|k| (k, probe_latency(dir, s, k, flows, zero)))
+        .collect();
+    // Pings keep the fields they always had, so older results and reports still read.
+    let ping = by_kind.remove(&ProbeKind::Ping).unwrap_or_default();
+    Latency {
+        ping_idle: ping.idle,
+        ping_loaded: ping.loaded,
+        induced_ms: ping.induced_ms,
+        ping_lost: ping.lost,
+        ping_sent: ping.sent,
+        tcp_rtt: stats::summary(&tcp_rtts),
+        ping_samples: ping.samples,
+        rr: by_kind
+            .into_iter()
+            .map(|(k, l)| (k.as_str().to_string(), l))
+            .collect(),
+    }
+}
+
+/// Every probe of one kind, its raw output in `<probe id>.<kind>`.
+fn probe_latency(
+    dir: &Path,
+    s: &Scenario,
+    kind: ProbeKind,
+    flows: &[FlowResult],
+    zero: f64,
+) -> ProbeLatency {
     let mut all = Vec::new();
     let (mut idle, mut loaded) = (Vec::new(), Vec::new());
     let (mut sent, mut lost) = (0, 0);
-    for p in &s.probes {
-        let text = read(dir, &format!("{}.ping", p.id)).unwrap_or_default();
+    for p in s.probes.iter().filter(|p| p.kind == kind) {
+        let text = read(dir, &format!("{}.{}", p.id, kind.as_str())).unwrap_or_default();
         let (samples, n, l) = ping_samples(&text);
         sent += n;
         lost += l;
@@ -482,16 +553,15 @@ fn latency(
             }
         }
     }
-    let ping_idle = stats::summary(&idle);
-    let ping_loaded = stats::summary(&loaded);
-    Latency {
-        induced_ms: ping_loaded.p50.zip(ping_idle.p50).map(|(l, i)| l - i),
-        ping_idle,
-        ping_loaded,
-        ping_lost: lost,
-        ping_sent: sent,
-        tcp_rtt: stats::summary(&tcp_rtts),
-        ping_samples: all,
+    let idle = stats::summary(&idle);
+    let loaded = stats::summary(&loaded);
+    ProbeLatency {
+        induced_ms: loaded.p50.zip(idle.p50).map(|(l, i)| l - i),
+        idle,
+        loaded,
+        lost,
+        sent,
+        samples: all,
     }
 }
 
@@ -538,6 +608,18 @@ mod tests {
             vec![(1795394521.420959, 2.28), (1795394521.508878, 0.36)]
         );
         assert_eq!((sent, lost), (3, 1));
+        // lab-probe's output.
+        let text = "LAB-PROBE udp-rr 10.1.1.2 port 5200: 64-byte requests every 0.01 s for 23 s\n\
+            [1795424446.270509] 64 bytes from 10.1.1.2: seq=0 time=0.352 ms\n\
+            [1795424446.280209] 64 bytes from fd01:1::2: seq=1 time=12.028 ms\n\
+            \n--- 10.1.1.2 udp-rr statistics ---\n\
+            4 packets transmitted, 2 received, 50.0000% packet loss, 1 late\n";
+        let (s, sent, lost) = ping_samples(text);
+        assert_eq!(
+            s,
+            vec![(1795424446.270509, 0.352), (1795424446.280209, 12.028)]
+        );
+        assert_eq!((sent, lost), (4, 2));
     }
 
     /// A finished download run with two connections (one twice as fast as the other), built
@@ -560,6 +642,9 @@ mod tests {
             [[probe]]
             host = "a"
             kind = "ping"
+            [[probe]]
+            host = "a"
+            kind = "udp-rr"
         "#;
         let s = crate::lab::scenario::parse(text, "t", text.as_bytes()).unwrap();
         let dir = std::env::temp_dir().join(format!("lab-analyse-{}", std::process::id()));
@@ -598,6 +683,21 @@ mod tests {
                  [103.5] 64 bytes from x: icmp_seq=2 ttl=64 time=9.0 ms\n"
                     .into(),
             ),
+            (
+                "qdisc-contender-server.json",
+                r#"[{"kind":"fq","drops":4}]"#.into(),
+            ),
+            (
+                "shaper-contender-server.json",
+                r#"{"dropped":{"codel":6,"horizon":1},"ecn_marked":9}"#.into(),
+            ),
+            (
+                "a.1.udp-rr",
+                "[101.0] 64 bytes from x: seq=0 time=0.5 ms\n\
+                 [103.5] 64 bytes from x: seq=1 time=4.5 ms\n\
+                 3 packets transmitted, 2 received, 33.3333% packet loss, 0 late\n"
+                    .into(),
+            ),
             ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
             ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
         ];
@@ -628,7 +728,14 @@ mod tests {
         assert_eq!(r.latency.ping_loaded.p50, Some(9.0));
         assert_eq!(r.latency.induced_ms, Some(8.0));
         assert_eq!(r.latency.tcp_rtt.p50, Some(20.0));
+        assert_eq!(r.latency.rr.len(), 1);
+        let rr = &r.latency.rr["udp-rr"];
+        assert_eq!((rr.idle.p50, rr.loaded.p50), (Some(0.5), Some(4.5)));
+        assert_eq!((rr.induced_ms, rr.sent, rr.lost), (Some(4.0), 3, 1));
         assert!(close(r.cpu_busy_s, 1.0) && close(r.cpu_busy_share, 0.5));
+        // The qdisc under shaper and shaper itself.
+        assert_eq!((r.drops_contender, r.marks_contender), (11, 9));
+        assert_eq!(r.shaper.len(), 1);
     }
 
     #[test]
@@ -639,5 +746,24 @@ mod tests {
         .unwrap();
         assert_eq!(sum_key(&top_level(&v), "drops"), 4);
         assert_eq!(sum_key(&v, "ecn_mark"), 2);
+    }
+
+    #[test]
+    fn shaper_stats() {
+        // Abridged `shaper stats --json` of a binary with the AQM.
+        let v: Value = serde_json::from_str(
+            r#"{"iface":"eth0","rate_bps":100000000,"packets":81234,
+                "dropped":{"blue":2,"codel":17,"horizon":0,"overlimit":5},
+                "passed_unshaped":{"malformed":0,"non_ip":3},
+                "ecn_marked":412,"delay_hist":[{"le_us":1000,"packets":80000}]}"#,
+        )
+        .unwrap();
+        assert_eq!(shaper_counters(&v), (24, 412));
+        // Before the AQM: no ecn_marked.
+        let old: Value =
+            serde_json::from_str(r#"{"dropped":{"horizon":3},"passed_unshaped":{}}"#).unwrap();
+        assert_eq!(shaper_counters(&old), (3, 0));
+        // What the runner keeps when stats failed: the error text.
+        assert_eq!(shaper_counters(&Value::String("Error: ...".into())), (0, 0));
     }
 }

@@ -2,12 +2,15 @@
 //! checked into a `Scenario` whose values are already in numbers, so nothing downstream can
 //! fail on a typo.
 
-use std::{collections::BTreeSet, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde::Deserialize;
 
-use super::units;
+use super::{dscp, units};
 
 // ---- the file as written -------------------------------------------------------------------
 
@@ -95,6 +98,9 @@ struct FlowFile {
     stop: Option<String>,
     #[serde(default)]
     family: Family,
+    ecn: Option<bool>,
+    /// A name or a number, so it is checked by hand (see `dscp`).
+    dscp: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -167,10 +173,28 @@ pub enum Family {
     Ipv6,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ProbeKind {
+    /// ICMP echo (`ping -D`).
     Ping,
+    /// A UDP request and its echo (`lab-probe`).
+    UdpRr,
+    /// A request and its echo on one TCP connection (`lab-probe`).
+    TcpRr,
+}
+
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 3] = [ProbeKind::Ping, ProbeKind::UdpRr, ProbeKind::TcpRr];
+
+    /// As scenario files and result files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Ping => "ping",
+            ProbeKind::UdpRr => "udp-rr",
+            ProbeKind::TcpRr => "tcp-rr",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +211,9 @@ pub struct Scenario {
     pub contenders: Vec<Contender>,
     pub flows: Vec<Flow>,
     pub probes: Vec<Probe>,
+    /// `net.ipv4.tcp_ecn` for the hosts whose TCP flows set `ecn` (true: 1, the client asks
+    /// for ECN; false: 0). Hosts not listed keep the kernel's default.
+    pub host_ecn: BTreeMap<String, bool>,
     /// SHA-256 of the file's bytes, so results name exactly what produced them.
     pub hash: String,
 }
@@ -253,6 +280,10 @@ pub struct Flow {
     pub start: f64,
     pub stop: f64,
     pub family: Family,
+    /// Whether the connections negotiate ECN (TCP only; None: the kernel's default).
+    pub ecn: Option<bool>,
+    /// The DSCP its packets carry, both ways (None: 0, iperf3's default).
+    pub dscp: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -507,6 +538,16 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             }
             (Protocol::Tcp, None) => None,
         };
+        ensure!(
+            fl.ecn.is_none() || fl.protocol == Protocol::Tcp,
+            "{what}: ecn is for TCP flows (a UDP sender does not react to marks)"
+        );
+        let dscp = fl
+            .dscp
+            .as_ref()
+            .map(dscp::parse)
+            .transpose()
+            .with_context(|| format!("{what}: dscp"))?;
         let index = flows.iter().filter(|x: &&Flow| x.host == fl.host).count();
         flows.push(Flow {
             id: format!("{}.{index}", fl.host),
@@ -520,8 +561,11 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             start,
             stop,
             family: fl.family,
+            ecn: fl.ecn,
+            dscp,
         });
     }
+    let host_ecn = host_ecn(&flows)?;
 
     let mut probes = Vec::new();
     for (i, p) in f.probe.into_iter().enumerate() {
@@ -571,8 +615,48 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         contenders,
         flows,
         probes,
+        host_ecn,
         hash,
     })
+}
+
+/// The `net.ipv4.tcp_ecn` each host needs. The sysctl is per network namespace, and every
+/// TCP connection of a host is opened by its iperf3 client (downloads too: iperf3 -R), so all
+/// TCP flows of a host must agree; an unset `ecn` counts as not asking, the kernel's default
+/// for a client. The servers keep the default (2), which accepts ECN when the client asks.
+fn host_ecn(flows: &[Flow]) -> Result<BTreeMap<String, bool>> {
+    let mut out = BTreeMap::new();
+    let hosts: BTreeSet<&str> = flows.iter().map(|f| f.host.as_str()).collect();
+    for host in hosts {
+        // Flows are numbered by their position in the file, as in every other message.
+        let tcp: Vec<(usize, &Flow)> = flows
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.host == host && f.protocol == Protocol::Tcp)
+            .map(|(i, f)| (i + 1, f))
+            .collect();
+        if tcp.iter().all(|(_, f)| f.ecn.is_none()) {
+            continue;
+        }
+        let (asking, not_asking): (Vec<_>, Vec<_>) =
+            tcp.iter().partition(|(_, f)| f.ecn == Some(true));
+        let names = |v: &[&(usize, &Flow)]| {
+            v.iter()
+                .map(|(n, f)| format!("{n} ({})", f.id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        ensure!(
+            asking.is_empty() || not_asking.is_empty(),
+            "host {host:?}: flow(s) {} set ecn = true but flow(s) {} do not (unset counts as \
+             false); ECN is set per host (net.ipv4.tcp_ecn of its namespace), so give all of \
+             its TCP flows the same ecn",
+            names(&asking),
+            names(&not_asking)
+        );
+        out.insert(host.to_string(), !asking.is_empty());
+    }
+    Ok(out)
 }
 
 fn link(l: LinkFile, what: &str) -> Result<Link> {
@@ -750,6 +834,70 @@ mod tests {
         assert_eq!(s.hash.len(), 64);
     }
 
+    /// GOOD with more flows for host "a" (appended after its download "a.0").
+    fn with_flows_of_a(flows: &str) -> String {
+        format!("{GOOD}{flows}")
+    }
+
+    #[test]
+    fn ecn() {
+        // Unset everywhere: no host is touched.
+        assert!(parse_str(GOOD).unwrap().host_ecn.is_empty());
+        let s =
+            parse_str(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        ecn = true")).unwrap();
+        assert_eq!(s.flows[0].ecn, Some(true));
+        assert_eq!(s.host_ecn, BTreeMap::from([("a".to_string(), true)]));
+        // Explicitly off on every TCP flow of a host; a UDP flow of it does not take part.
+        let s = parse_str(&with_flows_of_a(
+            r#"
+            [[flow]]
+            host = "a"
+            direction = "upload"
+            ecn = false
+            [[flow]]
+            host = "a"
+            direction = "download"
+            protocol = "udp"
+            rate = "1mbit"
+            "#,
+        ))
+        .unwrap();
+        assert_eq!(s.host_ecn.get("a"), Some(&false));
+    }
+
+    #[test]
+    fn dscp() {
+        let s = parse_str(
+            &GOOD
+                .replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = \"EF\"")
+                .replace("rate = \"5mbit\"", "rate = \"5mbit\"\n        dscp = 8"),
+        )
+        .unwrap();
+        assert_eq!(s.flows[0].dscp, Some(46));
+        assert_eq!(s.flows[1].dscp, Some(8));
+        assert_eq!(parse_str(GOOD).unwrap().flows[0].dscp, None);
+    }
+
+    #[test]
+    fn ecn_errors() {
+        assert!(
+            err(&GOOD.replace("rate = \"5mbit\"", "rate = \"5mbit\"\n        ecn = true"))
+                .contains("flow 2 (host \"b\"): ecn is for TCP flows")
+        );
+        // Host a: flow 1 (a.0) leaves ecn unset, flow 3 (a.1) asks for it.
+        let e = err(&with_flows_of_a(
+            r#"
+            [[flow]]
+            host = "a"
+            direction = "upload"
+            ecn = true
+            "#,
+        ));
+        assert!(e.contains("host \"a\""), "{e}");
+        assert!(e.contains("flow(s) 3 (a.1) set ecn = true"), "{e}");
+        assert!(e.contains("flow(s) 1 (a.0) do not"), "{e}");
+    }
+
     #[test]
     fn shipped_scenarios_parse() {
         let dir = crate::workspace_root().join("lab/scenarios");
@@ -761,7 +909,7 @@ mod tests {
                 n += 1;
             }
         }
-        assert!(n >= 6, "expected the six shipped scenarios, found {n}");
+        assert!(n >= 13, "expected the 13 shipped scenarios, found {n}");
     }
 
     #[test]
@@ -801,6 +949,17 @@ mod tests {
             .contains("needs a rate")
         );
         assert!(err("duration = \"10s\"").contains("topology"));
+        assert!(
+            err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = \"AF5\""))
+                .contains("flow 1 (host \"a\"): dscp")
+        );
+        assert!(
+            err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        dscp = 64")).contains("0-63")
+        );
+        assert!(
+            err(&GOOD.replace("cc = \"bbr\"", "cc = \"bbr\"\n        ecn = \"yes\""))
+                .contains("ecn")
+        );
         assert!(err(&GOOD.replace("duration = \"10s\"", "duration = \"10\"")).contains("no unit"));
     }
 }
