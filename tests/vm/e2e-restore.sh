@@ -11,8 +11,8 @@ check_round_trip() {
 	shaper_start --iface s0 --rate 100mbit
 	during=$(qdisc_state s0)
 	echo "$during" | grep -q "5348:" || fail "$1: shaper's qdisc not installed: $during"
-	# At 100 Mbit/s a GSO packet may take 1 ms of wire: 12500 bytes, 8 segments.
-	[ "$(gso_state s0)" = "gso_max_size 12500 gso_max_segs 8" ] || fail "$1: GSO not lowered: $(gso_state s0)"
+	# At 100 Mbit/s a GSO packet may take 125 us of wire: one segment (and room for TCP's two).
+	[ "$(gso_state s0)" = "gso_max_size 3028 gso_max_segs 1" ] || fail "$1: GSO not lowered: $(gso_state s0)"
 	shaper_stop
 	after=$(qdisc_state s0)
 	[ "$after" = "$before" ] || fail "$1: not restored
@@ -70,8 +70,11 @@ expect_refusal "unknown interface" "no interface named" --iface nosuch0 --rate 1
 expect_refusal "zero rate" "greater than zero" --iface s0 --rate 0
 expect_refusal "malformed rate" "invalid rate" --iface s0 --rate 10mbps/s
 expect_refusal "bad horizon" "invalid horizon" --iface s0 --rate 10mbit --horizon forever
+expect_refusal "bad rtt" "invalid rtt" --iface s0 --rate 10mbit --rtt intranet
+expect_refusal "bad diffserv mode" "unknown diffserv mode" --iface s0 --rate 10mbit --diffserv diffserv5
+expect_refusal "bad ack-filter mode" "unknown ack-filter mode" --iface s0 --rate 10mbit --ack-filter always
 echo 'rate = "10mbit"
-rtt = 5' >/tmp/bad.toml
+latency = 5' >/tmp/bad.toml
 expect_refusal "unknown config key" "unknown field" --iface s0 --config /tmp/bad.toml
 
 # A crash (SIGKILL) leaves shaper's fq behind; the next shaper takes over and, on exit, restores
@@ -107,6 +110,16 @@ leaves=$(qdisc_state s0 | grep -c "qdisc fq .*parent 5348:")
 shaper_stop
 [ "$(qdisc_state s0)" = "$before" ] || fail "mq: not restored: $(qdisc_state s0)"
 log "mq with fq_codel leaves: restored"
+
+# The ACK filter adds an ingress program; it goes with the rest.
+before=$(qdisc_state s0)
+shaper_start --iface s0 --rate 100mbit --ack-filter conservative
+shaper_stop
+[ "$(qdisc_state s0)" = "$before" ] || fail "ack filter: not restored: $(qdisc_state s0)"
+if command -v bpftool >/dev/null; then
+	ip netns exec "$SRC" bpftool net show dev s0 | grep -q shaper && fail "ack filter: a program left attached"
+fi
+log "ack filter (ingress program): restored"
 
 # Without TCX (kernels < 6.6) the program hangs under clsact, which shaper adds and removes.
 if ! ip netns exec "$SRC" tc qdisc show dev s0 | grep -q clsact; then
