@@ -54,14 +54,17 @@ fn check(rs: &[RunResult]) -> Vec<String> {
         "47-50",
     );
     // The five routed hops each way cost some RTT of their own under emulation (0.5-1 ms);
-    // the check is that netem adds what it was told to, over the same path without it.
-    let base = find(rs, "sanity-link", "none").and_then(|r| r.latency.ping_idle.p50);
-    let delayed = find(rs, "sanity-delay", "none").and_then(|r| r.latency.ping_idle.p50);
+    // the check is that netem adds what it was told to, over the same path without it. Low
+    // deciles, not medians: an emulated CPU fires netem's timers late by a varying fraction of
+    // a millisecond, which only ever adds, and the median carries it (21.04 ms once on a
+    // loaded host, for 20.3 at the low decile).
+    let base = find(rs, "sanity-link", "none").and_then(|r| r.latency.ping_idle.p10);
+    let delayed = find(rs, "sanity-delay", "none").and_then(|r| r.latency.ping_idle.p10);
     if let Some(b) = base {
-        println!("lab sanity: the topology's own RTT, median ms = {b:.2}");
+        println!("lab sanity: the topology's own RTT, low decile ms = {b:.2}");
     }
     expect(
-        "ping RTT added by 2 x 10 ms of netem, median ms",
+        "ping RTT added by 2 x 10 ms of netem, low decile ms",
         base.zip(delayed).map(|(b, d)| d - b),
         &|v| (v - 20.0).abs() <= 1.0,
         "20 ± 1",

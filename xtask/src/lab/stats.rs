@@ -33,6 +33,9 @@ fn percentile_sorted(v: &[f64], p: f64) -> f64 {
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub count: usize,
+    /// The low decile: what a path delivers without the emulator's timer lateness.
+    #[serde(default)]
+    pub p10: Option<f64>,
     pub p50: Option<f64>,
     pub p90: Option<f64>,
     pub p99: Option<f64>,
@@ -45,6 +48,7 @@ pub fn summary(samples: &[f64]) -> Summary {
     let at = |p| (!v.is_empty()).then(|| percentile_sorted(&v, p));
     Summary {
         count: v.len(),
+        p10: at(10.0),
         p50: at(50.0),
         p90: at(90.0),
         p99: at(99.0),
