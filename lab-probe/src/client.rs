@@ -42,6 +42,7 @@ impl Proto {
     }
 }
 
+#[derive(Debug)]
 pub struct Config {
     pub proto: Proto,
     pub server: SocketAddr,
@@ -320,7 +321,7 @@ mod tests {
     fn round_trips_over_loopback() {
         // A port of this process's own, so parallel test runs do not meet.
         let port = 20000 + (std::process::id() % 20000) as u16;
-        thread::spawn(move || crate::server::run(port));
+        thread::spawn(move || crate::server::run(port, None));
         // Once TCP listens, UDP is bound too.
         let server: SocketAddr = (Ipv4Addr::LOCALHOST, port).into();
         for _ in 0..100 {

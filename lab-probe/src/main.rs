@@ -1,12 +1,17 @@
 //! `lab-probe`: the lab's request/response latency probe (see docs/lab.md).
 //!
-//! `lab-probe server --port P` echoes UDP datagrams and TCP streams on port P (both, IPv4 and
-//! IPv6). `lab-probe client --proto udp|tcp --port P [--interval S] [--duration S]
+//! `lab-probe server --port P [--transfers-port Q]` echoes UDP datagrams and TCP streams on
+//! port P (both, IPv4 and IPv6), and serves transfers on TCP port Q. `lab-probe client --proto udp|tcp --port P [--interval S] [--duration S]
 //! [--timeout S] ADDR` sends a 64-byte request every interval for the duration and prints each
 //! round trip as `ping -D` prints its replies, so the lab reads both the same way; a request
 //! unanswered within the timeout is lost. TCP keeps one connection (TCP_NODELAY) for the whole
 //! run: its round trips include what TCP adds under load (retransmits, head-of-line waits),
 //! which is what an application's request/response on a busy link sees.
+//!
+//! `lab-probe transfers --port P --count N --size MIN-MAX [--direction download|upload]
+//! [--concurrency C] [--duration S] [--timeout S] [--seed N] ADDR` runs N short TCP transfers,
+//! each on a new connection, against a server started with `--transfers-port P`, and prints
+//! each one's completion time (see `transfers`): how short transfers fare next to bulk flows.
 //!
 //! ping itself cannot measure this: ICMP may be treated differently from the traffic it is
 //! meant to stand for, and the shell tools in the VM (bash's /dev/tcp, busybox nc) measured
@@ -14,16 +19,21 @@
 
 mod client;
 mod server;
+mod sizes;
+mod transfers;
 mod wire;
 
 use std::{net::IpAddr, process::ExitCode, time::Duration};
 
-const USAGE: &str = "usage: lab-probe server --port PORT
+const USAGE: &str = "usage: lab-probe server --port PORT [--transfers-port PORT]
        lab-probe client --proto udp|tcp --port PORT [--interval SECONDS] [--duration SECONDS]
-                        [--timeout SECONDS] ADDRESS";
+                        [--timeout SECONDS] ADDRESS
+       lab-probe transfers --port PORT --count N --size BYTES[-BYTES]
+                           [--direction download|upload] [--concurrency N]
+                           [--duration SECONDS] [--timeout SECONDS] [--seed N] ADDRESS";
 
 fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
+    match parse(std::env::args().skip(1).collect()).and_then(execute) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lab-probe: {e}");
@@ -32,14 +42,52 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Vec<String>) -> Result<(), String> {
+/// What the command line asks for, checked before anything runs.
+#[derive(Debug)]
+enum Command {
+    Server {
+        port: u16,
+        transfers_port: Option<u16>,
+    },
+    Client(client::Config),
+    Transfers(transfers::Config),
+    Help,
+}
+
+fn execute(c: Command) -> Result<(), String> {
+    match c {
+        Command::Server {
+            port,
+            transfers_port,
+        } => server::run(port, transfers_port).map_err(|e| format!("server on port {port}: {e}")),
+        Command::Client(c) => client::run(&c).map(drop),
+        Command::Transfers(c) => {
+            // Failed transfers are results, reported line by line, not an error of the probe.
+            transfers::run(&c);
+            Ok(())
+        }
+        Command::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+    }
+}
+
+fn parse(args: Vec<String>) -> Result<Command, String> {
     let (mode, rest) = args.split_first().ok_or(USAGE)?;
     let mut flags = Flags::parse(rest)?;
     match mode.as_str() {
         "server" => {
             let port = flags.port()?;
+            let transfers_port = flags
+                .take("--transfers-port")
+                .map(|v| parse_port("--transfers-port", &v))
+                .transpose()?;
             flags.finish(0)?;
-            server::run(port).map_err(|e| format!("server on port {port}: {e}"))
+            Ok(Command::Server {
+                port,
+                transfers_port,
+            })
         }
         "client" => {
             let proto = match flags.take("--proto").as_deref() {
@@ -55,24 +103,58 @@ fn run(args: Vec<String>) -> Result<(), String> {
             if interval < Duration::from_millis(1) {
                 return Err("--interval must be at least 0.001 s".into());
             }
-            let addr = flags.finish(1)?.remove(0);
-            let addr: IpAddr = addr
-                .parse()
-                .map_err(|_| format!("{addr:?} is not an IPv4 or IPv6 address"))?;
-            client::run(&client::Config {
+            let addr = flags.address()?;
+            Ok(Command::Client(client::Config {
                 proto,
                 server: (addr, port).into(),
                 interval,
                 duration,
                 timeout,
-            })
-            .map(drop)
+            }))
         }
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            Ok(())
+        "transfers" => {
+            let port = flags.port()?;
+            let count = flags.number("--count")?.ok_or("--count is required")?;
+            if count == 0 {
+                return Err("--count 0: at least one transfer".into());
+            }
+            let seed = flags.number("--seed")?.unwrap_or(1);
+            let size = flags.take("--size").ok_or("--size is required")?;
+            let sizes = sizes::Sizes::parse_range(&size, seed)?;
+            let direction = match flags.take("--direction").as_deref() {
+                None | Some("download") => transfers::Direction::Download,
+                Some("upload") => transfers::Direction::Upload,
+                Some(other) => return Err(format!("--direction {other}: download or upload")),
+            };
+            let concurrency = match flags.number("--concurrency")?.unwrap_or(1) {
+                n @ 1..=MAX_CONCURRENCY => n as u32,
+                n => return Err(format!("--concurrency {n}: 1-{MAX_CONCURRENCY}")),
+            };
+            let duration = flags.seconds("--duration", 60.0)?;
+            let timeout = flags.seconds("--timeout", 30.0)?;
+            let addr = flags.address()?;
+            Ok(Command::Transfers(transfers::Config {
+                server: (addr, port).into(),
+                direction,
+                count,
+                sizes,
+                concurrency,
+                duration,
+                timeout,
+            }))
         }
+        "-h" | "--help" | "help" => Ok(Command::Help),
         other => Err(format!("unknown mode {other:?}\n{USAGE}")),
+    }
+}
+
+/// Transfers at once: a thread each.
+const MAX_CONCURRENCY: u64 = 256;
+
+fn parse_port(name: &str, v: &str) -> Result<u16, String> {
+    match v.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(format!("{name} {v}: a port is 1-65535")),
     }
 }
 
@@ -104,10 +186,24 @@ impl Flags {
 
     fn port(&mut self) -> Result<u16, String> {
         let v = self.take("--port").ok_or("--port is required")?;
-        match v.parse::<u16>() {
-            Ok(p) if p > 0 => Ok(p),
-            _ => Err(format!("--port {v}: a port is 1-65535")),
-        }
+        parse_port("--port", &v)
+    }
+
+    /// A whole number, if the flag is given.
+    fn number(&mut self, name: &str) -> Result<Option<u64>, String> {
+        self.take(name)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("{name} {v}: a whole number (0, 1000)"))
+            })
+            .transpose()
+    }
+
+    /// The one positional word, the server's address; errors on anything left over.
+    fn address(self) -> Result<IpAddr, String> {
+        let addr = self.finish(1)?.remove(0);
+        addr.parse()
+            .map_err(|_| format!("{addr:?} is not an IPv4 or IPv6 address"))
     }
 
     fn seconds(&mut self, name: &str, default: f64) -> Result<Duration, String> {
@@ -130,5 +226,105 @@ impl Flags {
             return Err(format!("unexpected arguments {:?}\n{USAGE}", self.words));
         }
         Ok(self.words)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Command, String> {
+        parse(s.split_whitespace().map(String::from).collect())
+    }
+
+    #[test]
+    fn transfers_command_line() {
+        let Ok(Command::Transfers(c)) = parse_str(
+            "transfers --port 5199 --count 1000 --size 10240-102400 --direction upload \
+             --concurrency 4 --duration 90 --seed 7 fd01:1::2",
+        ) else {
+            panic!("not a transfers command");
+        };
+        assert_eq!(c.server, "[fd01:1::2]:5199".parse().unwrap());
+        assert_eq!((c.count, c.concurrency), (1000, 4));
+        assert_eq!(c.direction, transfers::Direction::Upload);
+        assert_eq!(
+            (c.sizes.min, c.sizes.max, c.sizes.seed),
+            (10_240, 102_400, 7)
+        );
+        assert_eq!(c.duration, Duration::from_secs(90));
+        assert_eq!(c.timeout, Duration::from_secs(30));
+        // Defaults: downloads, one at a time, seed 1.
+        let Ok(Command::Transfers(c)) =
+            parse_str("transfers --port 1 --count 1 --size 100 10.1.1.2")
+        else {
+            panic!("not a transfers command");
+        };
+        assert_eq!(c.direction, transfers::Direction::Download);
+        assert_eq!((c.concurrency, c.sizes.seed), (1, 1));
+        for (bad, why) in [
+            (
+                "transfers --port 1 --size 100 10.1.1.2",
+                "--count is required",
+            ),
+            (
+                "transfers --port 1 --count 0 --size 100 10.1.1.2",
+                "--count 0",
+            ),
+            (
+                "transfers --port 1 --count 1 10.1.1.2",
+                "--size is required",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9-2 10.1.1.2",
+                "above the maximum",
+            ),
+            (
+                "transfers --port 1 --count x --size 9 10.1.1.2",
+                "whole number",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9 --direction up 10.1.1.2",
+                "download or upload",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9 --concurrency 0 10.1.1.2",
+                "1-256",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9 --bogus 1 10.1.1.2",
+                "unknown option --bogus",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9 server",
+                "not an IPv4 or IPv6",
+            ),
+            (
+                "transfers --port 1 --count 1 --size 9",
+                "unexpected arguments",
+            ),
+        ] {
+            let e = parse_str(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn server_command_line() {
+        assert!(matches!(
+            parse_str("server --port 5200 --transfers-port 5199"),
+            Ok(Command::Server {
+                port: 5200,
+                transfers_port: Some(5199)
+            })
+        ));
+        assert!(matches!(
+            parse_str("server --port 5200"),
+            Ok(Command::Server {
+                transfers_port: None,
+                ..
+            })
+        ));
+        assert!(parse_str("server --port 5200 --transfers-port 0").is_err());
     }
 }

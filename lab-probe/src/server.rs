@@ -1,31 +1,53 @@
-//! The echo server: UDP datagrams back to their sender, TCP bytes back on their connection,
-//! on one port. It runs until killed (the lab's runner ends it with the run's namespaces).
+//! The server: UDP datagrams back to their sender and TCP bytes back on their connection, on
+//! one port, for the request/response probes; and, on a port of their own, the transfers'
+//! downloads and uploads. It runs until killed (the lab's runner ends it with the run's
+//! namespaces).
 
 use std::{
-    io::{self, Read, Write},
+    io::{self, BufRead, BufReader, Read, Write},
     net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     thread,
+    time::Duration,
 };
 
-pub fn run(port: u16) -> io::Result<()> {
-    // UDP first: once the TCP port listens (what the runner waits for), both are ready.
+use crate::wire::{DONE, MAX_LINE, Transfer};
+
+/// How long a transfer's connection may sit silent before the server gives up on it, so a
+/// client that vanished does not keep a thread forever.
+const IDLE: Duration = Duration::from_secs(120);
+
+pub fn run(port: u16, transfers_port: Option<u16>) -> io::Result<()> {
+    // Everything is bound before anything is served: once one port listens (what the runner
+    // waits for), all are ready.
     let udp = bind(port, UdpSocket::bind)?;
+    let transfers = transfers_port
+        .map(|p| bind(p, TcpListener::bind))
+        .transpose()?;
     let tcp = bind(port, TcpListener::bind)?;
     eprintln!("lab-probe: echoing UDP and TCP on port {port}");
     thread::spawn(move || udp_echo(&udp));
-    for conn in tcp.incoming() {
+    if let (Some(listener), Some(p)) = (transfers, transfers_port) {
+        eprintln!("lab-probe: serving transfers on TCP port {p}");
+        thread::spawn(move || serve(&listener, "transfer", transfer));
+    }
+    serve(&tcp, "TCP connection", tcp_echo);
+    Ok(())
+}
+
+/// A thread per connection: few at a time, each short or idle.
+fn serve(listener: &TcpListener, what: &'static str, f: fn(TcpStream) -> io::Result<()>) {
+    for conn in listener.incoming() {
         match conn {
             Ok(s) => {
                 thread::spawn(move || {
-                    if let Err(e) = tcp_echo(s) {
-                        eprintln!("lab-probe: TCP connection: {e}");
+                    if let Err(e) = f(s) {
+                        eprintln!("lab-probe: {what}: {e}");
                     }
                 });
             }
             Err(e) => eprintln!("lab-probe: accept: {e}"),
         }
     }
-    Ok(())
 }
 
 /// Dual-stack `[::]:port` (IPv4 arrives mapped), or `0.0.0.0:port` where IPv6 is off.
@@ -58,5 +80,44 @@ fn tcp_echo(mut s: TcpStream) -> io::Result<()> {
             return Ok(());
         }
         s.write_all(&buf[..n])?;
+    }
+}
+
+/// One transfer: its request line, then the bytes asked for, either way.
+fn transfer(s: TcpStream) -> io::Result<()> {
+    // The last segment leaves with the rest instead of waiting for an ACK (Nagle), as a web
+    // server's would.
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(IDLE))?;
+    s.set_write_timeout(Some(IDLE))?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    (&mut r).take(MAX_LINE as u64).read_line(&mut line)?;
+    let t = Transfer::parse(&line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    match t {
+        Transfer::Download(n) => {
+            let mut s = r.into_inner();
+            let buf = [0u8; 64 * 1024];
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(buf.len() as u64) as usize;
+                s.write_all(&buf[..k])?;
+                left -= k as u64;
+            }
+            // Closing (on drop) sends the FIN after the data: the client reads to the last
+            // byte, not to the FIN.
+            Ok(())
+        }
+        Transfer::Upload(n) => {
+            // The reader may already hold the first bytes after the line.
+            let got = io::copy(&mut (&mut r).take(n), &mut io::sink())?;
+            if got < n {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("upload ended after {got} of {n} bytes"),
+                ));
+            }
+            r.into_inner().write_all(&[DONE])
+        }
     }
 }
