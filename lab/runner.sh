@@ -101,10 +101,11 @@ lab_ping() {
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 
-# lab_rr_server NS PORT: lab-probe's UDP and TCP echo for the request/response probes; it
-# runs until the run's cleanup.
-lab_rr_server() {
-	ip netns exec "$1" lab-probe server --port "$2" >"rr-server-$1.log" 2>&1 &
+# lab_probe_server NS PORT TRANSFERS-PORT: lab-probe's UDP and TCP echo for the
+# request/response probes on PORT, and its end of the transfers on TRANSFERS-PORT; it runs
+# until the run's cleanup.
+lab_probe_server() {
+	ip netns exec "$1" lab-probe server --port "$2" --transfers-port "$3" >"probe-server-$1.log" 2>&1 &
 }
 
 # lab_rr ID NS KIND INTERVAL SECONDS ADDR PORT: request/response round trips (KIND udp-rr or
@@ -113,6 +114,24 @@ lab_rr() {
 	id=$1 ns=$2 kind=$3 interval=$4 secs=$5 addr=$6 port=$7
 	ip netns exec "$ns" lab-probe client --proto "${kind%-rr}" --port "$port" \
 		--interval "$interval" --duration "$secs" "$addr" >"$id.$kind" 2>&1 &
+	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
+}
+
+# lab_transfers ID HOST-NS SERVER-NS START SECONDS LAB-PROBE-ARGS...: short TCP transfers from
+# the host START s after the flows' zero, for at most SECONDS, one line per transfer; both
+# namespaces' TCP counters (nstat: absolute, no history file) just before and after, for the
+# retransmission timeouts the transfers' senders took.
+lab_transfers() {
+	id=$1 hns=$2 sns=$3 start=$4 secs=$5
+	shift 5
+	(
+		sleep "$(awk -v s="$start" -v i="$IDLE" 'BEGIN { print s + i }')"
+		ip netns exec "$hns" nstat -asz >"$id.host-before.nstat" 2>&1
+		ip netns exec "$sns" nstat -asz >"$id.server-before.nstat" 2>&1
+		ip netns exec "$hns" lab-probe transfers --duration "$secs" "$@" >"$id.transfers" 2>&1
+		ip netns exec "$hns" nstat -asz >"$id.host-after.nstat" 2>&1
+		ip netns exec "$sns" nstat -asz >"$id.server-after.nstat" 2>&1
+	) &
 	LAB_WAIT_PIDS="$LAB_WAIT_PIDS $!"
 }
 

@@ -33,6 +33,8 @@ use crate::initramfs::sh_quote;
 const FIRST_PORT: u16 = 5201;
 /// Where `lab-probe server` echoes UDP and TCP for the request/response probes.
 const RR_PORT: u16 = 5200;
+/// Where the same server serves the transfers probes.
+const TRANSFERS_PORT: u16 = 5199;
 
 pub fn server_ns(name: &str) -> String {
     format!("s-{name}")
@@ -388,20 +390,23 @@ fn traffic(p: &mut String, s: &Scenario) {
             ],
         );
     }
-    // One echo server for the request/response probes of each server that has some.
+    // One lab-probe server for the request/response and transfers probes of each server that
+    // has some.
     let rr_servers: BTreeSet<&str> = s
         .probes
         .iter()
         .filter(|pr| pr.kind != ProbeKind::Ping)
         .map(|pr| pr.server.as_str())
+        .chain(s.transfers.iter().map(|t| t.server.as_str()))
         .collect();
     for server in &rr_servers {
         line(
             p,
             &[
-                "lab_rr_server".into(),
+                "lab_probe_server".into(),
                 server_ns(server),
                 RR_PORT.to_string(),
+                TRANSFERS_PORT.to_string(),
             ],
         );
     }
@@ -414,7 +419,7 @@ fn traffic(p: &mut String, s: &Scenario) {
             .map(|(i, _)| (FIRST_PORT + i as u16).to_string())
             .collect();
         if rr_servers.contains(server.as_str()) {
-            ports.push(RR_PORT.to_string());
+            ports.extend([RR_PORT, TRANSFERS_PORT].map(|p| p.to_string()));
         }
         if !ports.is_empty() {
             let mut w = vec!["lab_listening".to_string(), server_ns(server)];
@@ -485,6 +490,37 @@ fn traffic(p: &mut String, s: &Scenario) {
         }
         line(p, &w);
     }
+    if !s.transfers.is_empty() {
+        p.push_str("# transfers, from their start to their stop at the latest\n");
+    }
+    for t in &s.transfers {
+        line(
+            p,
+            &[
+                "lab_transfers".into(),
+                t.id.clone(),
+                host_ns(&t.host),
+                server_ns(&t.server),
+                format!("{}", t.start),
+                format!("{}", t.stop - t.start),
+                "--port".into(),
+                TRANSFERS_PORT.to_string(),
+                "--direction".into(),
+                match t.direction {
+                    FlowDirection::Download => "download",
+                    FlowDirection::Upload => "upload",
+                }
+                .into(),
+                "--count".into(),
+                t.count.to_string(),
+                "--size".into(),
+                format!("{}-{}", t.min_bytes, t.max_bytes),
+                "--concurrency".into(),
+                t.concurrency.to_string(),
+                server_addr(s, &t.server, t.family),
+            ],
+        );
+    }
     let _ = writeln!(p, "lab_wait {}", s.duration.ceil() as u64 + 2);
 }
 
@@ -533,6 +569,14 @@ mod tests {
             host = "a"
             kind = "tcp-rr"
             family = "ipv6"
+            [[probe]]
+            host = "a"
+            kind = "transfers"
+            count = 50
+            size = "10kb-100kb"
+            direction = "upload"
+            concurrency = 2
+            start = "1.5s"
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
@@ -549,11 +593,15 @@ mod tests {
         assert!(plan.contains(
             "lab_flow a.1 h-a 0 10 -c fd01:1::2 -p 5202 -P 1 -R --tos 184 -u -b 2000000"
         ));
-        assert!(plan.contains("lab_rr_server s-server 5200\n"));
-        assert!(plan.contains("lab_listening s-server 5201 5202 5200\n"));
+        assert!(plan.contains("lab_probe_server s-server 5200 5199\n"));
+        assert!(plan.contains("lab_listening s-server 5201 5202 5200 5199\n"));
         assert!(plan.contains("lab_ping a.0 h-a 0.01 13 10.1.1.2\n"));
         assert!(plan.contains("lab_rr a.1 h-a udp-rr 0.01 13 10.1.1.2 5200\n"));
         assert!(plan.contains("lab_rr a.2 h-a tcp-rr 0.1 13 fd01:1::2 5200\n"));
+        assert!(plan.contains(
+            "lab_transfers a.3 h-a s-server 1.5 8.5 --port 5199 --direction upload --count 50 \
+             --size 10240-102400 --concurrency 2 10.1.1.2\n"
+        ));
         assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
         assert!(!plan.contains("s-server sysctl"));
     }

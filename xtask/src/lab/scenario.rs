@@ -108,10 +108,28 @@ struct FlowFile {
 struct ProbeFile {
     host: String,
     server: Option<String>,
-    kind: ProbeKind,
+    kind: ProbeFileKind,
     interval: Option<String>,
     #[serde(default)]
     family: Family,
+    // Transfers only.
+    count: Option<u32>,
+    size: Option<String>,
+    direction: Option<FlowDirection>,
+    concurrency: Option<u32>,
+    start: Option<String>,
+    stop: Option<String>,
+}
+
+/// A probe's kind as files name it: a latency probe's, or transfers (which become a
+/// `Transfers`, not a `Probe`).
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+enum ProbeFileKind {
+    Ping,
+    UdpRr,
+    TcpRr,
+    Transfers,
 }
 
 // ---- the checked scenario ------------------------------------------------------------------
@@ -211,6 +229,7 @@ pub struct Scenario {
     pub contenders: Vec<Contender>,
     pub flows: Vec<Flow>,
     pub probes: Vec<Probe>,
+    pub transfers: Vec<Transfers>,
     /// `net.ipv4.tcp_ecn` for the hosts whose TCP flows set `ecn` (true: 1, the client asks
     /// for ECN; false: 0). Hosts not listed keep the kernel's default.
     pub host_ecn: BTreeMap<String, bool>,
@@ -296,7 +315,33 @@ pub struct Probe {
     pub family: Family,
 }
 
+/// Short TCP transfers, each on a new connection, back to back (`lab-probe transfers`): how
+/// short flows fare next to the bulk ones.
+#[derive(Debug, Clone)]
+pub struct Transfers {
+    /// Numbered with the host's other probes ("a.1").
+    pub id: String,
+    pub host: String,
+    pub server: String,
+    /// Download: the server sends each transfer's bytes; upload: the host does.
+    pub direction: FlowDirection,
+    pub family: Family,
+    pub count: u32,
+    /// Sizes are drawn uniformly from [min_bytes, max_bytes].
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    /// Transfers at once.
+    pub concurrency: u32,
+    /// When the first may start and when the last is cut off, on the run's clock.
+    pub start: f64,
+    pub stop: f64,
+}
+
 const CONGESTION_CONTROLS: &[&str] = &["cubic", "bbr", "reno"];
+/// The largest transfer (lab-probe's limit) and the most transfers at once (a thread each).
+const MAX_TRANSFER_BYTES: u64 = 1 << 30;
+const MAX_CONCURRENCY: u32 = 256;
+const MAX_TRANSFERS: u32 = 1_000_000;
 /// Names the topology uses itself.
 const RESERVED: &[&str] = &["router", "modem", "wan", "lan", "router-wan", "router-lan"];
 /// Servers and hosts each get a /24 of 10.1/16 and 10.2/16.
@@ -497,24 +542,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             fl.host
         );
         let server = server_of(fl.server, &what)?;
-        let start = fl
-            .start
-            .as_deref()
-            .map(units::seconds)
-            .transpose()
-            .with_context(|| format!("{what}: start"))?
-            .unwrap_or(0.0);
-        let stop = fl
-            .stop
-            .as_deref()
-            .map(units::seconds)
-            .transpose()
-            .with_context(|| format!("{what}: stop"))?
-            .unwrap_or(duration);
-        ensure!(
-            start < stop && stop <= duration,
-            "{what}: needs start < stop <= duration ({start} s, {stop} s, {duration} s)"
-        );
+        let (start, stop) = window(&fl.start, &fl.stop, 0.0, duration, &what)?;
         ensure!(stop - start >= 1.0, "{what}: runs for less than 1 s");
         let parallel = fl.parallel.unwrap_or(1);
         ensure!(
@@ -568,6 +596,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     let host_ecn = host_ecn(&flows)?;
 
     let mut probes = Vec::new();
+    let mut transfers = Vec::new();
     for (i, p) in f.probe.into_iter().enumerate() {
         let what = format!("probe {} (host {:?})", i + 1, p.host);
         ensure!(
@@ -575,7 +604,34 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             "{what}: host {:?} is not in topology.hosts",
             p.host
         );
-        let server = server_of(p.server, &what)?;
+        let server = server_of(p.server.clone(), &what)?;
+        // Ids count all of a host's probes, so a file's every probe has its own.
+        let index = probes.iter().filter(|x: &&Probe| x.host == p.host).count()
+            + transfers
+                .iter()
+                .filter(|x: &&Transfers| x.host == p.host)
+                .count();
+        let id = format!("{}.{index}", p.host);
+        let kind = match p.kind {
+            ProbeFileKind::Ping => ProbeKind::Ping,
+            ProbeFileKind::UdpRr => ProbeKind::UdpRr,
+            ProbeFileKind::TcpRr => ProbeKind::TcpRr,
+            ProbeFileKind::Transfers => {
+                transfers.push(transfers_probe(p, id, server, warmup, duration, &what)?);
+                continue;
+            }
+        };
+        ensure!(
+            p.count.is_none()
+                && p.size.is_none()
+                && p.direction.is_none()
+                && p.concurrency.is_none()
+                && p.start.is_none()
+                && p.stop.is_none(),
+            "{what}: count, size, direction, concurrency, start and stop are for kind = \"transfers\" \
+             (a {} probe runs for the whole run at its interval)",
+            kind.as_str()
+        );
         let interval = p
             .interval
             .as_deref()
@@ -587,19 +643,18 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             (0.01..=10.0).contains(&interval),
             "{what}: interval must be between 10ms and 10s"
         );
-        let index = probes.iter().filter(|x: &&Probe| x.host == p.host).count();
         probes.push(Probe {
-            id: format!("{}.{index}", p.host),
+            id,
             host: p.host,
             server,
-            kind: p.kind,
+            kind,
             interval,
             family: p.family,
         });
     }
 
     ensure!(
-        !flows.is_empty() || !probes.is_empty(),
+        !flows.is_empty() || !probes.is_empty() || !transfers.is_empty(),
         "no [[flow]] and no [[probe]]: nothing to measure"
     );
     Ok(Scenario {
@@ -615,9 +670,97 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         contenders,
         flows,
         probes,
+        transfers,
         host_ecn,
         hash,
     })
+}
+
+/// A flow's or transfers probe's `start` and `stop`: defaults, units, and start < stop <=
+/// duration.
+fn window(
+    start: &Option<String>,
+    stop: &Option<String>,
+    default_start: f64,
+    duration: f64,
+    what: &str,
+) -> Result<(f64, f64)> {
+    let at = |v: &Option<String>, field: &str, default: f64| -> Result<f64> {
+        Ok(v.as_deref()
+            .map(units::seconds)
+            .transpose()
+            .with_context(|| format!("{what}: {field}"))?
+            .unwrap_or(default))
+    };
+    let (start, stop) = (
+        at(start, "start", default_start)?,
+        at(stop, "stop", duration)?,
+    );
+    ensure!(
+        start < stop && stop <= duration,
+        "{what}: needs start < stop <= duration ({start} s, {stop} s, {duration} s)"
+    );
+    Ok((start, stop))
+}
+
+fn transfers_probe(
+    p: ProbeFile,
+    id: String,
+    server: String,
+    warmup: f64,
+    duration: f64,
+    what: &str,
+) -> Result<Transfers> {
+    ensure!(
+        p.interval.is_none(),
+        "{what}: interval is for ping, udp-rr and tcp-rr; transfers run back to back"
+    );
+    let count = p
+        .count
+        .with_context(|| format!("{what}: transfers need a count (how many)"))?;
+    ensure!(
+        (1..=MAX_TRANSFERS).contains(&count),
+        "{what}: count must be 1-{MAX_TRANSFERS}"
+    );
+    let size = p.size.with_context(|| {
+        format!("{what}: transfers need a size, a range (\"10kb-100kb\") or one size")
+    })?;
+    let (min_bytes, max_bytes) = size_range(&size).with_context(|| format!("{what}: size"))?;
+    let direction = p.direction.with_context(|| {
+        format!("{what}: transfers need a direction, \"download\" (server -> host) or \"upload\"")
+    })?;
+    let concurrency = p.concurrency.unwrap_or(1);
+    ensure!(
+        (1..=MAX_CONCURRENCY).contains(&concurrency),
+        "{what}: concurrency must be 1-{MAX_CONCURRENCY}"
+    );
+    // By default they start once the flows have warmed up: they measure a loaded path.
+    let (start, stop) = window(&p.start, &p.stop, warmup, duration, what)?;
+    Ok(Transfers {
+        id,
+        host: p.host,
+        server,
+        direction,
+        family: p.family,
+        count,
+        min_bytes,
+        max_bytes,
+        concurrency,
+        start,
+        stop,
+    })
+}
+
+/// "10kb-100kb" or one size "64kb": the smallest and the largest, in bytes.
+fn size_range(s: &str) -> Result<(u64, u64)> {
+    let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+    let (min, max) = (units::bytes(lo)?, units::bytes(hi)?);
+    ensure!(
+        min >= 1 && max <= MAX_TRANSFER_BYTES,
+        "{s:?}: transfers are 1 byte to 1gb"
+    );
+    ensure!(min <= max, "{s:?}: the smallest size is above the largest");
+    Ok((min, max))
 }
 
 /// The `net.ipv4.tcp_ecn` each host needs. The sysctl is per network namespace, and every
@@ -896,6 +1039,108 @@ mod tests {
         assert!(e.contains("host \"a\""), "{e}");
         assert!(e.contains("flow(s) 3 (a.1) set ecn = true"), "{e}");
         assert!(e.contains("flow(s) 1 (a.0) do not"), "{e}");
+    }
+
+    /// GOOD with a transfers probe for host "a" (after its ping, so "a.1"), its fields
+    /// replaced or added by `fields`.
+    fn with_transfers(fields: &str) -> String {
+        format!(
+            "{GOOD}
+            [[probe]]
+            host = \"a\"
+            kind = \"transfers\"
+            {fields}
+            "
+        )
+    }
+
+    const TRANSFERS: &str = r#"count = 1000
+            size = "10KB-100KB"
+            direction = "download""#;
+
+    #[test]
+    fn transfers() {
+        let s = parse_str(&with_transfers(TRANSFERS)).unwrap();
+        assert_eq!(s.probes.len(), 1);
+        let t = &s.transfers[0];
+        assert_eq!(
+            (t.id.as_str(), t.server.as_str(), t.direction),
+            ("a.1", "server", FlowDirection::Download)
+        );
+        assert_eq!((t.count, t.min_bytes, t.max_bytes), (1000, 10_240, 102_400));
+        // Defaults: one at a time, from the end of warm-up to the end of the run.
+        assert_eq!((t.concurrency, t.start, t.stop), (1, 2.0, 10.0));
+        let s = parse_str(&with_transfers(
+            r#"count = 5
+            size = "64kb"
+            direction = "upload"
+            concurrency = 4
+            start = "1s"
+            stop = "9s"
+            family = "ipv6"
+            [[probe]]
+            host = "a"
+            kind = "tcp-rr""#,
+        ))
+        .unwrap();
+        let t = &s.transfers[0];
+        assert_eq!(
+            (t.min_bytes, t.max_bytes, t.concurrency),
+            (65_536, 65_536, 4)
+        );
+        assert_eq!((t.start, t.stop, t.family), (1.0, 9.0, Family::Ipv6));
+        // The next probe of the host is numbered after the transfers.
+        assert_eq!(s.probes[1].id, "a.2");
+        // Transfers alone are something to measure.
+        let alone = r#"
+            duration = "10s"
+            [topology]
+            hosts = ["a"]
+            [[contender]]
+            name = "none"
+            kind = "none"
+            on = [{ at = "server" }]
+            [[probe]]
+            host = "a"
+            kind = "transfers"
+            count = 1
+            size = "1kb"
+            direction = "download"
+        "#;
+        assert_eq!(parse_str(alone).unwrap().transfers.len(), 1);
+    }
+
+    #[test]
+    fn bad_transfers() {
+        let bad = |fields: &str| err(&with_transfers(fields));
+        let replaced = |from: &str, to: &str| bad(&TRANSFERS.replace(from, to));
+        assert!(replaced("1000", "0").contains("probe 2 (host \"a\"): count must be 1-"));
+        assert!(replaced("count = 1000", "").contains("need a count"));
+        assert!(replaced("size = \"10KB-100KB\"", "").contains("need a size"));
+        assert!(replaced("direction = \"download\"", "").contains("need a direction"));
+        assert!(replaced("\"download\"", "\"sideways\"").contains("unknown variant"));
+        assert!(replaced("10KB-100KB", "100KB-10KB").contains("smallest size is above"));
+        assert!(replaced("10KB-100KB", "0-10KB").contains("1 byte to 1gb"));
+        assert!(replaced("10KB-100KB", "1KB-2gb").contains("1 byte to 1gb"));
+        assert!(replaced("10KB-100KB", "10 furlongs").contains("size"));
+        assert!(replaced("10KB-100KB", "10KB-").contains("size"));
+        let e = bad(&format!("{TRANSFERS}\nconcurrency = 0"));
+        assert!(e.contains("concurrency must be 1-256"), "{e}");
+        let e = bad(&format!("{TRANSFERS}\nstop = \"11s\""));
+        assert!(e.contains("start < stop <= duration"), "{e}");
+        // Starts at the warm-up's end by default, so a stop before it is an error.
+        let e = bad(&format!("{TRANSFERS}\nstop = \"1s\""));
+        assert!(e.contains("start < stop"), "{e}");
+        let e = bad(&format!("{TRANSFERS}\ninterval = \"1s\""));
+        assert!(e.contains("interval is for ping"), "{e}");
+        let e = bad(&format!("{TRANSFERS}\nsizes = \"1kb\""));
+        assert!(e.contains("unknown field `sizes`"), "{e}");
+        // And the transfers' fields on a latency probe.
+        let e = err(&GOOD.replace("kind = \"ping\"", "kind = \"ping\"\n        count = 3"));
+        assert!(
+            e.contains("probe 1 (host \"a\"): count, size, direction, concurrency, start and stop are for kind = \"transfers\""),
+            "{e}"
+        );
     }
 
     #[test]
