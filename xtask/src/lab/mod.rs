@@ -8,6 +8,7 @@
 
 mod dscp;
 mod hostload;
+mod nstat;
 mod plan;
 mod plot;
 mod report;
@@ -15,6 +16,7 @@ mod results;
 pub mod sanity;
 mod scenario;
 mod stats;
+mod transfers;
 mod units;
 
 use std::{
@@ -113,7 +115,7 @@ fn check(files: &[PathBuf], plans: bool) -> Result<()> {
             s.name,
             s.hosts.len(),
             s.flows.len(),
-            s.probes.len(),
+            s.probes.len() + s.transfers.len(),
             s.contenders
                 .iter()
                 .map(|c| c.name.as_str())

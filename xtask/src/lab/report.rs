@@ -8,7 +8,12 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{RunResult, load_results, plot, results::ProbeLatency, scenario::ProbeKind};
+use super::{
+    RunResult, load_results, plot,
+    results::ProbeLatency,
+    scenario::ProbeKind,
+    transfers::{self, Pooled},
+};
 
 const BEGIN: &str = "<!-- lab:begin -->";
 const END: &str = "<!-- lab:end -->";
@@ -58,7 +63,7 @@ fn num(x: Option<f64>, digits: usize) -> String {
 }
 
 /// The columns before the request/response probes' (two per kind the scenario has: see
-/// `Table::of`) and after them.
+/// `Table::of`) and the transfers' (when it has some), and after them.
 const HEADER_LEAD: &[&str] = &[
     "contender",
     "runs",
@@ -70,6 +75,11 @@ const HEADER_LEAD: &[&str] = &[
     "ping idle p50",
     "ping loaded p50/p99",
     "induced",
+];
+const HEADER_TRANSFERS: &[&str] = &[
+    "transfers done/failed",
+    "transfer p50/p90/p99",
+    "RTOs (sender)",
 ];
 const HEADER_TAIL: &[&str] = &[
     "TCP RTT p50",
@@ -101,20 +111,32 @@ impl Table {
             .map(|k| k.as_str())
             .filter(|k| measured.contains(k))
             .collect();
+        let with_transfers = runs
+            .iter()
+            .any(|r| r.status == "ok" && !r.transfers.is_empty());
         let mut header: Vec<String> = HEADER_LEAD.iter().map(|h| h.to_string()).collect();
         for k in &kinds {
             header.extend([format!("{k} idle p50"), format!("{k} loaded p50/p99")]);
         }
+        if with_transfers {
+            header.extend(HEADER_TRANSFERS.iter().map(|h| h.to_string()));
+        }
         header.extend(HEADER_TAIL.iter().map(|h| h.to_string()));
         let rows = by_contender(runs)
             .into_iter()
-            .map(|(name, reps)| row(name, &reps, &kinds, header.len()))
+            .map(|(name, reps)| row(name, &reps, &kinds, with_transfers, header.len()))
             .collect();
         Table { header, rows }
     }
 }
 
-fn row(name: String, reps: &[&RunResult], kinds: &[&str], width: usize) -> Vec<String> {
+fn row(
+    name: String,
+    reps: &[&RunResult],
+    kinds: &[&str],
+    with_transfers: bool,
+    width: usize,
+) -> Vec<String> {
     let ok: Vec<&RunResult> = reps.iter().copied().filter(|r| r.status == "ok").collect();
     let runs_cell = format!("{}/{}", ok.len(), reps.len());
     if ok.is_empty() {
@@ -174,6 +196,31 @@ fn row(name: String, reps: &[&RunResult], kinds: &[&str], width: usize) -> Vec<S
         row.extend([
             rr(&|l| l.idle.p50),
             format!("{} / {}", rr(&|l| l.loaded.p50), rr(&|l| l.loaded.p99)),
+        ]);
+    }
+    if with_transfers {
+        let t = |f: &dyn Fn(&Pooled) -> Option<f64>| {
+            m(&|r| transfers::pooled(&r.transfers).as_ref().and_then(f))
+        };
+        let (done, failed) = (
+            t(&|p| Some(p.completed as f64)),
+            t(&|p| Some(p.failed as f64)),
+        );
+        let asked = t(&|p| Some(p.count as f64));
+        // Those neither done nor failed were cut off at the end, or never started.
+        let short = match (done, failed, asked) {
+            (Some(d), Some(f), Some(a)) if d + f < a => format!(" of {a:.0}"),
+            _ => String::new(),
+        };
+        row.extend([
+            format!("{}/{}{short}", num(done, 0), num(failed, 0)),
+            format!(
+                "{} / {} / {} ms",
+                num(t(&|p| p.completion_ms.p50), 0),
+                num(t(&|p| p.completion_ms.p90), 0),
+                num(t(&|p| p.completion_ms.p99), 0)
+            ),
+            num(t(&|p| p.rtos.map(|x| x as f64)), 0),
         ]);
     }
     row.extend([
@@ -270,6 +317,14 @@ fn scenario_markdown(
         first.host_load.0,
         first.host_load.1,
     ));
+    if s.runs.iter().any(|r| !r.transfers.is_empty()) {
+        md.push_str(
+            "Transfers are short TCP transfers, each on a new connection, next to the flows: \
+             how many completed and failed, their completion time from connect() to the last \
+             byte, and the retransmission timeouts (TcpExtTCPTimeouts) in the namespace of the \
+             side sending their data while they ran (all its connections count).\n\n",
+        );
+    }
     md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
     md.push_str(&markdown_table(&Table::of(&s.runs)));
     md.push('\n');
@@ -457,6 +512,57 @@ mod tests {
         // Without request/response probes the table is as it always was.
         let t = Table::of(&[&b]);
         assert_eq!(t.header.len(), HEADER_LEAD.len() + HEADER_TAIL.len());
+    }
+
+    #[test]
+    fn table_has_transfers_columns_when_a_run_has_transfers() {
+        let transfers = |completed: u64, rtos: u64, ms: f64| {
+            serde_json::json!({
+                "id": "a.1", "host": "a", "server": "server", "direction": "download",
+                "count": 10, "concurrency": 1, "min_bytes": 1, "max_bytes": 2,
+                "start_s": 0.0, "stop_s": 10.0, "started": 10, "completed": completed,
+                "failed": 1, "unfinished": 9 - completed,
+                "completion_ms": {"count": completed},
+                "rtos": rtos, "counters": {}, "failures": [],
+                "samples": (0..completed).map(|i| (i as f64, 1, ms)).collect::<Vec<_>>(),
+                "error": null,
+            })
+        };
+        let with = |mut r: RunResult, t: serde_json::Value| {
+            r.transfers = vec![serde_json::from_value(t).unwrap()];
+            r
+        };
+        let a = with(
+            run("shaper", "ok", serde_json::json!({})),
+            transfers(9, 2, 40.0),
+        );
+        let b = with(
+            run("cake", "ok", serde_json::json!({})),
+            transfers(5, 4, 80.0),
+        );
+        let t = Table::of(&[&a, &b]);
+        let at = |name: &str| t.header.iter().position(|h| h == name).unwrap();
+        assert_eq!(at("transfers done/failed"), at("induced") + 1);
+        assert_eq!(at("TCP RTT p50"), at("RTOs (sender)") + 1);
+        assert_eq!(t.rows[0][at("transfers done/failed")], "9/1");
+        assert_eq!(t.rows[0][at("transfer p50/p90/p99")], "40 / 40 / 40 ms");
+        assert_eq!(t.rows[0][at("RTOs (sender)")], "2");
+        assert_eq!(t.rows[1][at("transfers done/failed")], "5/1 of 10");
+        assert!(t.rows.iter().all(|r| r.len() == t.header.len()));
+        let plain = run("none", "ok", serde_json::json!({}));
+        assert!(
+            !Table::of(&[&plain])
+                .header
+                .iter()
+                .any(|h| h.contains("transfer"))
+        );
+        // The JSON of a run without transfers has no transfers field at all.
+        assert!(
+            serde_json::to_value(&plain)
+                .unwrap()
+                .get("transfers")
+                .is_none()
+        );
     }
 
     #[test]

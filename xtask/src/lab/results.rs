@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{
     scenario::{Contender, Flow, FlowDirection, ProbeKind, Protocol, Scenario},
     stats::{self, Interval, Summary},
+    transfers::{self, TransfersResult},
 };
 
 /// The resolution of every time series.
@@ -56,6 +57,9 @@ pub struct RunResult {
     /// Jain's index of every connection's mean throughput while it ran, after warm-up.
     pub jain_flows: Option<f64>,
     pub latency: Latency,
+    /// The transfers probes' results, for scenarios that have some.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfers: Vec<TransfersResult>,
     pub retransmits: u64,
     /// Packets dropped by the bottleneck's qdiscs and by the contender's (its qdiscs and, for
     /// shaper, its own drops).
@@ -163,7 +167,7 @@ pub struct Context<'a> {
     pub host_samples: &'a [super::hostload::Sample],
 }
 
-fn read(dir: &Path, name: &str) -> Option<String> {
+pub(super) fn read(dir: &Path, name: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(name)).ok()
 }
 
@@ -207,6 +211,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         jain_hosts: None,
         jain_flows: None,
         latency: Latency::default(),
+        transfers: Vec::new(),
         retransmits: 0,
         drops_bottleneck: 0,
         drops_contender: 0,
@@ -270,6 +275,11 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
     }
 
     r.latency = latency(dir, s, &r.flows, zero, tcp_rtts);
+    r.transfers = s
+        .transfers
+        .iter()
+        .map(|t| transfers::analyse(dir, t, zero))
+        .collect();
     cpu(dir, &mut r);
     for entry in std::fs::read_dir(dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -645,6 +655,12 @@ mod tests {
             [[probe]]
             host = "a"
             kind = "udp-rr"
+            [[probe]]
+            host = "a"
+            kind = "transfers"
+            count = 1
+            size = "10kb"
+            direction = "download"
         "#;
         let s = crate::lab::scenario::parse(text, "t", text.as_bytes()).unwrap();
         let dir = std::env::temp_dir().join(format!("lab-analyse-{}", std::process::id()));
@@ -698,6 +714,10 @@ mod tests {
                  3 packets transmitted, 2 received, 33.3333% packet loss, 0 late\n"
                     .into(),
             ),
+            (
+                "a.2.transfers",
+                "[103.0] transfer 0: 10240 bytes in 20.0 ms\n".into(),
+            ),
             ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
             ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
         ];
@@ -733,6 +753,10 @@ mod tests {
         assert_eq!((rr.idle.p50, rr.loaded.p50), (Some(0.5), Some(4.5)));
         assert_eq!((rr.induced_ms, rr.sent, rr.lost), (Some(4.0), 3, 1));
         assert!(close(r.cpu_busy_s, 1.0) && close(r.cpu_busy_share, 0.5));
+        // On the run's clock; lab-probe's statistics line is missing, and says so.
+        let t = &r.transfers[0];
+        assert_eq!((t.completed, t.samples[0].0), (1, 1.0));
+        assert!(t.error.as_deref().unwrap().contains("did not finish"));
         // The qdisc under shaper and shaper itself.
         assert_eq!((r.drops_contender, r.marks_contender), (11, 9));
         assert_eq!(r.shaper.len(), 1);
