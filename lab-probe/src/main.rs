@@ -1,21 +1,23 @@
-//! `lab-probe`: the lab's request/response latency probe (see docs/lab.md).
+//! `lab-probe`: the lab's request/response latency probe and short-transfers client (see
+//! docs/lab.md).
 //!
 //! `lab-probe server --port P [--transfers-port Q]` echoes UDP datagrams and TCP streams on
-//! port P (both, IPv4 and IPv6), and serves transfers on TCP port Q. `lab-probe client --proto udp|tcp --port P [--interval S] [--duration S]
-//! [--timeout S] ADDR` sends a 64-byte request every interval for the duration and prints each
-//! round trip as `ping -D` prints its replies, so the lab reads both the same way; a request
-//! unanswered within the timeout is lost. TCP keeps one connection (TCP_NODELAY) for the whole
-//! run: its round trips include what TCP adds under load (retransmits, head-of-line waits),
-//! which is what an application's request/response on a busy link sees.
+//! port P (both, IPv4 and IPv6), and serves transfers on TCP port Q.
 //!
-//! `lab-probe transfers --port P --count N --size MIN-MAX [--direction download|upload]
+//! `lab-probe client --proto udp|tcp --port P [--interval S] [--duration S] [--timeout S] ADDR`
+//! sends a 64-byte request every interval for the duration and prints each round trip as
+//! `ping -D` prints its replies, so the lab reads both the same way; a request unanswered within
+//! the timeout is lost. TCP keeps one connection (TCP_NODELAY) for the whole run: its round
+//! trips include what TCP adds under load (retransmits, head-of-line waits), which is what an
+//! application's request/response on a busy link sees. ping itself cannot measure this: ICMP
+//! may be treated differently from the traffic it is meant to stand for, and the shell tools in
+//! the VM (bash's /dev/tcp, busybox nc) measured themselves (5-10 ms per exchange where ping
+//! measured 0.4).
+//!
+//! `lab-probe transfers --port Q --count N --size MIN-MAX [--direction download|upload]
 //! [--concurrency C] [--duration S] [--timeout S] [--seed N] ADDR` runs N short TCP transfers,
-//! each on a new connection, against a server started with `--transfers-port P`, and prints
-//! each one's completion time (see `transfers`): how short transfers fare next to bulk flows.
-//!
-//! ping itself cannot measure this: ICMP may be treated differently from the traffic it is
-//! meant to stand for, and the shell tools in the VM (bash's /dev/tcp, busybox nc) measured
-//! themselves (5-10 ms per exchange where ping measured 0.4).
+//! each on a new connection, against a server's transfers port, and prints each one's
+//! completion time (see `transfers`): how short flows fare next to bulk ones.
 
 mod client;
 mod server;
