@@ -3,7 +3,10 @@
 # (scenario, contender) and a manifest; this runs every plan for its repetitions, one after the
 # other in this boot, each in a fresh topology, and leaves raw results under $SHAPER_OUT/lab.
 #
-# Usage: runner.sh MANIFEST   (lines: PLAN SCENARIO CONTENDER REPETITIONS SECONDS)
+# Usage: runner.sh MANIFEST   (lines: PLAN SCENARIO CONTENDER REPETITIONS SECONDS [FIRST])
+# FIRST is the repetition to start from (1 unless a boot is resuming after a guest crash).
+# After each run the results so far go to the VM's results disk ($SHAPER_VM_SAVE), so a
+# guest crash costs the run it hit, not the ones before it.
 #
 # bash, not sh: $EPOCHREALTIME gives the microsecond timestamps that line up flows, probes
 # and ping -D without forking a clock per sample (busybox date has no %N).
@@ -186,12 +189,12 @@ manifest=${1:?usage: runner.sh MANIFEST}
 mkdir -p "$OUT"
 uname -r >"$OUT/kernel"
 nproc >"$OUT/cpus"
-total=$(awk '{ n += $4 } END { print n }' "$manifest")
+total=$(awk '{ n += $4 - ($6 ? $6 - 1 : 0) } END { print n }' "$manifest")
 done_runs=0
 started=$(date +%s)
-while read -r plan scenario contender reps secs; do
+while read -r plan scenario contender reps secs first; do
 	[ -n "$plan" ] || continue
-	rep=1
+	rep=${first:-1}
 	while [ "$rep" -le "$reps" ]; do
 		done_runs=$((done_runs + 1))
 		dir=$OUT/$scenario/$contender/$rep
@@ -204,6 +207,7 @@ while read -r plan scenario contender reps secs; do
 			printf 'failed\nthe plan stopped with status %s; see log\n' "$rc" >"$dir/status"
 		fi
 		echo "lab:   $(head -1 "$dir/status") $(sed -n 2p "$dir/status")"
+		[ -z "${SHAPER_VM_SAVE:-}" ] || "$SHAPER_VM_SAVE"
 		rep=$((rep + 1))
 	done
 done <"$manifest"

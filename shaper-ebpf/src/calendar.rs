@@ -41,9 +41,12 @@ pub struct Booked {
 /// Books `tx_ns` of wire time at or after `want_ns` (≥ `now_ns`). Packets wanted beyond the
 /// ring's span are not booked: the flow clocks that put them there already pace them.
 ///
-/// `priority` books the wanted bin even when it is full (a sparse flow's packet, which must
-/// not wait behind bulk flows): its wire time is still charged, so the packets after it find
-/// that bin fuller, and the overrun is bounded by the sparse flows' own levels.
+/// A `priority` packet (a sparse flow's, a prioritised tin's) leaves at `want` whatever the
+/// bins hold, but its wire time is taken like any other: from the first bin with room. Bulk
+/// flows book bins ahead of now; charging a sparse packet only to the current, already booked
+/// bin would let the aggregate run over the rate by all the sparse traffic (on a 1 Mbit/s
+/// uplink, where pure ACKs are half the load, that overflowed the modem behind it). Borrowed
+/// from the future, the time pushes the next bulk packets instead.
 #[inline(always)]
 pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) -> Booked {
     let mut out = Booked {
@@ -89,11 +92,10 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
         };
         let used = if elapsed > booked { elapsed } else { booked };
         index += 1;
-        let first_choice = priority && !placed;
-        if used >= capacity && !first_choice {
+        if used >= capacity {
             continue;
         }
-        let take = if first_choice || capacity - used >= remaining {
+        let take = if capacity - used >= remaining {
             remaining
         } else {
             capacity - used
@@ -116,14 +118,14 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
             // bounds the aggregate without ordering flows inside it. A packet pushed into a
             // later bin queues behind what that bin already carries.
-            if bin_start > want_ns {
+            if bin_start > want_ns && !priority {
                 out.depart_ns = bin_start + used;
                 out.delayed = true;
             }
         }
         remaining -= take;
     }
-    if !placed {
+    if !placed && !priority {
         // Every bin the packet may span is full: leave after them.
         out.depart_ns = index * bin_ns;
         out.delayed = true;

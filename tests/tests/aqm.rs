@@ -220,3 +220,42 @@ fn scheduled_delay_is_histogrammed_per_frame() {
     assert!(hist[0] >= 1, "{hist:?}");
     assert!(hist[9] >= 1, "{hist:?}");
 }
+
+#[test]
+fn sparse_packets_borrow_their_wire_time_from_the_future() {
+    let mut h = harness(1_000 * MS);
+    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let bin = config(RATE, 10_000 * MS).calendar_bin_ns;
+    // The calendar booked solid for three bins by bulk flows of their own (each flow's queue
+    // stays under the AQM's floor: two frames each).
+    let bins_ahead = 3;
+    let frames = (bins_ahead * (bin + bin / 16) / tx + 1) as u16;
+    for port in 0..frames / 2 {
+        for _ in 0..2 {
+            h.run(&tcp4(41_000 + port, 0), &SkbContext::default());
+        }
+    }
+    // Sparse packets leave at once, each from a flow of its own...
+    let start = monotonic_now_ns();
+    let sparse = 20u16;
+    for port in 0..sparse {
+        let out = h.run(&tcp4(42_000 + port, 0), &SkbContext::default());
+        assert!(
+            out.ctx.tstamp() <= monotonic_now_ns(),
+            "sparse leaves at once"
+        );
+    }
+    // ...and a new bulk flow's second packet, pushed past the booked bins, now also queues
+    // behind the wire time they took there.
+    let probe = tcp4(43_000, 0);
+    h.run(&probe, &SkbContext::default());
+    let depart = h.run(&probe, &SkbContext::default()).ctx.tstamp();
+    let booked_end = (start / bin + bins_ahead) * bin;
+    assert!(
+        depart >= booked_end + (sparse as u64 - 2) * tx,
+        "the bulk packet leaves after the sparse packets' borrowed time: {} ms after the \
+         booked bins, expected ≥ {} ms",
+        depart.saturating_sub(booked_end) as f64 / MS as f64,
+        ((sparse as u64 - 2) * tx) as f64 / MS as f64
+    );
+}

@@ -65,6 +65,9 @@ const HOST_DATA: &[&str] = &[
 pub const REPO_DIR: &str = "/shaper";
 pub const RUN_DIR: &str = "/shaper/run";
 pub const OUT_DIR: &str = "/out";
+/// Writes `$SHAPER_OUT` to the results disk; init runs it at the end, and a long command (the
+/// lab's runner) may run it after each step so a guest crash loses only the step it was in.
+pub const SAVE_COMMAND: &str = "/usr/local/bin/shaper-vm-save";
 const MODULE_DIR: &str = "/usr/lib/modules/shaper-vm";
 pub const EXIT_MARKER: &str = "@@SHAPER-VM-EXIT ";
 
@@ -125,6 +128,9 @@ pub fn build(c: &Contents, out: &Path) -> Result<()> {
         order.push('\n');
     }
     a.file("/etc/shaper-vm/modules", order.into_bytes(), 0o644)?;
+    if c.results_disk {
+        a.file(SAVE_COMMAND, save_script().into_bytes(), 0o755)?;
+    }
     a.file("/init", init_script(c).into_bytes(), 0o755)?;
 
     let mut file = std::io::BufWriter::new(
@@ -279,6 +285,20 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The results disk holds one tar of OUT_DIR, rewritten whole each time: results only grow, so
+/// each tar covers the last and a reader stops at the newest end-of-archive.
+fn save_script() -> String {
+    format!(
+        r#"#!/bin/sh
+if [ -b /dev/vda ]; then
+	tar -cf /dev/vda -C {OUT_DIR} . && sync
+else
+	echo "shaper-vm: no results disk (/dev/vda)"
+fi
+"#
+    )
+}
+
 fn init_script(c: &Contents) -> String {
     let command: Vec<String> = c.command.iter().map(|w| sh_quote(w)).collect();
     let env: String = c
@@ -307,7 +327,7 @@ done </etc/shaper-vm/modules
 ip link set lo up
 hostname shaper-vm
 ulimit -l unlimited
-export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}
+export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}{save_env}
 {env}cd {REPO_DIR}
 {command} </dev/null
 rc=$?
@@ -319,10 +339,9 @@ poweroff -f
 "#,
         kernel = c.kernel.kernel,
         command = command.join(" "),
-        save = if c.results_disk {
-            format!(
-                "if [ -b /dev/vda ]; then tar -cf /dev/vda -C {OUT_DIR} .; else echo \"shaper-vm: no results disk (/dev/vda)\"; fi"
-            )
+        save = if c.results_disk { SAVE_COMMAND } else { "" },
+        save_env = if c.results_disk {
+            format!(" SHAPER_VM_SAVE={SAVE_COMMAND}")
         } else {
             String::new()
         },

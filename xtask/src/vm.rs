@@ -164,20 +164,49 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
         qemu.arg("-drive")
             .arg(format!("file={},format=raw,if=virtio", disk.display()));
     }
-    let status = console(&mut qemu, spec.timeout)?;
+    let status = console(&mut qemu, spec.timeout);
 
     if let Some(out) = &spec.out_dir {
-        std::fs::create_dir_all(out)?;
-        // An all-zero start means the VM never wrote its results (no disk, or it died first).
-        let mut head = [0u8; 512];
-        std::io::Read::read_exact(&mut std::fs::File::open(&disk)?, &mut head)?;
-        if head.iter().all(|&b| b == 0) {
-            bail!("the VM wrote no results to its disk (see the console above)");
+        // Whatever the VM checkpointed before a crash is unpacked too: a long lab run that
+        // loses its guest keeps the runs it finished.
+        match unpack_results(&disk, out) {
+            Ok(false) if status.is_ok() => {
+                bail!("the VM wrote no results to its disk (see the console above)")
+            }
+            Err(e) if status.is_ok() => return Err(e),
+            // A guest that died mid-write leaves a torn tar; its death is the error to report.
+            Err(e) => eprintln!("vm: salvaging results after the failure: {e:#}"),
+            Ok(_) => {}
         }
-        run_status(Command::new("tar").arg("-xf").arg(&disk).arg("-C").arg(out))
-            .context("unpacking the VM's results")?;
     }
-    Ok(status)
+    status
+}
+
+/// The guest kernel died (panic, oops, double fault): the run's own fault or the emulator's,
+/// the caller decides whether to boot again. Other errors (timeouts, qemu missing) are not this.
+#[derive(Debug)]
+pub struct GuestCrashed(pub String);
+
+impl std::fmt::Display for GuestCrashed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the VM's kernel panicked; console tail:\n{}", self.0)
+    }
+}
+
+impl std::error::Error for GuestCrashed {}
+
+/// Unpacks the results disk (a tar the guest writes) into OUT; false when the guest wrote
+/// nothing (an all-zero start: no disk, or it died before its first checkpoint).
+fn unpack_results(disk: &Path, out: &Path) -> Result<bool> {
+    std::fs::create_dir_all(out)?;
+    let mut head = [0u8; 512];
+    std::io::Read::read_exact(&mut std::fs::File::open(disk)?, &mut head)?;
+    if head.iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    run_status(Command::new("tar").arg("-xf").arg(disk).arg("-C").arg(out))
+        .context("unpacking the VM's results")?;
+    Ok(true)
 }
 
 /// VMs on this machine run one at a time: two TCG guests sharing the host's cores would
@@ -293,7 +322,7 @@ fn console(qemu: &mut Command, timeout: Duration) -> Result<i32> {
     let _ = child.wait();
     match status {
         Some(code) if !panicked => Ok(code),
-        _ if panicked => bail!("the VM's kernel panicked; console tail:\n{}", join(&tail)),
+        _ if panicked => Err(GuestCrashed(join(&tail)).into()),
         _ => bail!(
             "the VM stopped without reporting the command's status; console tail:\n{}",
             join(&tail)

@@ -187,27 +187,16 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
         }
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    let mut manifest = String::new();
     let mut files = Vec::new();
     let mut seconds = 0.0;
     for (i, (s, c)) in work.iter().enumerate() {
-        let name = format!("plan-{i:03}.sh");
-        let path = plans_dir.join(&name);
+        let path = plans_dir.join(plan_name(i));
         std::fs::write(&path, plan::generate(s, c))?;
         files.push(path);
-        manifest.push_str(&format!(
-            "{}/{name} {} {} {} {}\n",
-            crate::initramfs::RUN_DIR,
-            s.name,
-            c.name,
-            s.repetitions,
-            s.duration.ceil()
-        ));
         seconds += (s.duration + RUN_OVERHEAD_S) * s.repetitions as f64;
     }
     let manifest_path = plans_dir.join("manifest");
-    std::fs::write(&manifest_path, &manifest)?;
-    files.push(manifest_path);
+    files.push(manifest_path.clone());
     let command = std::env::args().collect::<Vec<_>>();
     let command = format!(
         "cargo xtask {}",
@@ -231,15 +220,51 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     );
     spec.files = files;
     spec.out_dir = Some(raw.clone());
-    // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
-    spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
     // The tree as it is when the VM starts is what is measured.
     let git_commit = git_commit(&root);
     let load_before = host_load();
     let sampler = hostload::start();
-    let code = vm::run(&spec);
+    // Every (plan, first repetition) still to run; a guest crash ends a boot, and the next boot
+    // resumes after the run it hit.
+    let mut pending: Vec<(usize, u32)> = (0..work.len()).map(|i| (i, 1)).collect();
+    let mut crashes = 0;
+    let outcome = loop {
+        let mut manifest = String::new();
+        let mut seconds = 0.0;
+        for &(i, first) in &pending {
+            let (s, c) = work[i];
+            manifest.push_str(&format!(
+                "{}/{} {} {} {} {} {first}\n",
+                crate::initramfs::RUN_DIR,
+                plan_name(i),
+                s.name,
+                c.name,
+                s.repetitions,
+                s.duration.ceil()
+            ));
+            seconds += (s.duration + RUN_OVERHEAD_S) * (s.repetitions + 1 - first) as f64;
+        }
+        std::fs::write(&manifest_path, &manifest)?;
+        // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
+        spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
+        match vm::run(&spec) {
+            Err(e) if crashes < MAX_GUEST_CRASHES && e.is::<vm::GuestCrashed>() => {
+                crashes += 1;
+                pending = after_crash(&raw, &work, &pending)?;
+                if pending.is_empty() {
+                    break Ok(0);
+                }
+                eprintln!(
+                    "lab: the VM's kernel crashed (crash {crashes} of at most \
+                     {MAX_GUEST_CRASHES}); booting again for the {} plan(s) left",
+                    pending.len()
+                );
+            }
+            other => break other,
+        }
+    };
     let host_samples = sampler.finish();
-    let code = code?;
+    let code = outcome?;
     let host_load = (load_before, self::host_load());
     if code != 0 {
         eprintln!("lab: the in-VM runner exited with {code}; reporting what it left");
@@ -283,6 +308,54 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     }
     report::write_run_report(&out, &all, &command)?;
     Ok((all, out))
+}
+
+/// Guest crashes one `lab run` survives (each costs the run it hit) before giving up: an
+/// emulated guest very rarely dies on its own, a kernel that keeps dying is the finding.
+const MAX_GUEST_CRASHES: u32 = 2;
+
+fn plan_name(i: usize) -> String {
+    format!("plan-{i:03}.sh")
+}
+
+/// After a guest crash: the first pending run without a status is the one the crash hit; it is
+/// recorded as failed, and what follows it is what the next boot runs.
+fn after_crash(
+    raw: &Path,
+    work: &[(&scenario::Scenario, &scenario::Contender)],
+    pending: &[(usize, u32)],
+) -> Result<Vec<(usize, u32)>> {
+    let runs = pending
+        .iter()
+        .flat_map(|&(i, first)| (first..=work[i].0.repetitions).map(move |rep| (i, rep)));
+    let mut left = Vec::new();
+    let mut hit = false;
+    for (i, rep) in runs {
+        let (s, c) = work[i];
+        let dir = raw
+            .join("lab")
+            .join(&s.name)
+            .join(&c.name)
+            .join(rep.to_string());
+        if hit {
+            if left.last().is_none_or(|&(j, _)| j != i) {
+                left.push((i, rep));
+            }
+        } else if !dir.join("status").is_file() {
+            hit = true;
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(
+                dir.join("status"),
+                "failed\nthe VM's kernel crashed during this run (see the console); the lab \
+                 booted again for the runs after it\n",
+            )?;
+            eprintln!(
+                "lab: {} / {} / repetition {rep}: the VM's kernel crashed",
+                s.name, c.name
+            );
+        }
+    }
+    Ok(left)
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {

@@ -185,6 +185,10 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("fd02:{}:", i + 1),
         );
         default_route(p, &ns, "10.2", i + 1, "fd02");
+        if s.mtu_frames {
+            // TCP sizes its segments to the device's limit: one MSS per packet.
+            do_(p, &format!("ip -n {ns} link set dev eth0 gso_max_segs 1"));
+        }
     }
     // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it.
     for (ns, up, down) in [

@@ -41,6 +41,8 @@ struct TopologyFile {
     #[serde(default)]
     servers: Option<Vec<String>>,
     hosts: Vec<String>,
+    #[serde(default)]
+    mtu_frames: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -224,6 +226,10 @@ pub struct Scenario {
     pub repetitions: u32,
     pub servers: Vec<String>,
     pub hosts: Vec<String>,
+    /// The hosts send MTU-sized frames, as onto a physical LAN into a router that does not
+    /// aggregate them (GRO off). Otherwise veth hands the router the hosts' TSO super-packets
+    /// whole, which is what a router with GRO on forwards.
+    pub mtu_frames: bool,
     pub down: Option<Link>,
     pub up: Option<Link>,
     pub contenders: Vec<Contender>,
@@ -422,6 +428,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
 
     let servers = f.topology.servers.unwrap_or_else(|| vec!["server".into()]);
     let hosts = f.topology.hosts;
+    let mtu_frames = f.topology.mtu_frames;
     ensure!(!servers.is_empty(), "topology.servers: at least one server");
     ensure!(!hosts.is_empty(), "topology.hosts: at least one host");
     ensure!(
@@ -665,6 +672,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         repetitions,
         servers,
         hosts,
+        mtu_frames,
         down,
         up,
         contenders,
