@@ -4,8 +4,10 @@
 //! CAKE drops an *older* ACK still in its queue when a newer one covers it. From clsact on top
 //! of fq a queued packet cannot be removed, so shaper drops the *newer* one, and only when a
 //! later ACK that covers it is certain to come: data beyond what it acknowledges has already
-//! been seen arriving on the same interface (the receiver must acknowledge it), and the flow
-//! still has ACKs scheduled ahead (the sender is not left without an ACK clock meanwhile).
+//! been seen arriving on the same interface (the receiver must acknowledge it), or the data it
+//! acknowledges ended in the middle of one of the sender's writes (no PSH: the rest of the
+//! write is still to come), and the flow still has ACKs scheduled ahead (the sender is not
+//! left without an ACK clock meanwhile).
 
 /// `--ack-filter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,8 +108,53 @@ pub const fn scheduled_ahead(last_depart_ns: u64, prev_depart_ns: u64, now_ns: u
 pub struct ReverseState {
     /// One past the highest data byte seen.
     pub data_end: u32,
-    pub _pad: u32,
+    /// Non-zero when the segment that ended at `data_end` carried PSH or FIN: the sender's
+    /// write (or the stream) may end there. Without it, the sender had more of the same write
+    /// queued when it sent that segment.
+    pub pushed: u32,
     pub seen_ns: u64,
+}
+
+impl ReverseState {
+    /// The state after a data segment `[seq, end)` with TCP `flags` arrived.
+    pub fn on_data(&mut self, end: u32, flags: u8, now_ns: u64) {
+        use tcp_flags::{FIN, PSH};
+        let pushed = (flags & (PSH | FIN) != 0) as u32;
+        if after(end, self.data_end) {
+            self.data_end = end;
+            self.pushed = pushed;
+        } else if end == self.data_end {
+            // The last segment again (a tail loss probe, a retransmission): a push on either
+            // copy counts.
+            self.pushed |= pushed;
+        }
+        self.seen_ns = now_ns;
+    }
+
+    /// A fresh state for a flow whose first data segment seen ends at `end`.
+    pub fn first(end: u32, flags: u8, now_ns: u64) -> Self {
+        let mut r = Self {
+            data_end: end,
+            pushed: 0,
+            seen_ns: now_ns,
+        };
+        r.on_data(end, flags, now_ns);
+        r
+    }
+
+    /// Whether an ACK for `ack` will certainly be followed by one that covers it: data beyond
+    /// it has arrived (the receiver must acknowledge that), or it acknowledges exactly the data
+    /// seen and the segment that ended there was not pushed (the sender had the rest of that
+    /// write queued; it sends it as the ACKs still scheduled open its window, and the receiver
+    /// acknowledges that in turn).
+    pub fn later_ack_certain(&self, ack: u32) -> bool {
+        self.data_beyond(ack) || (self.data_end == ack && self.pushed == 0)
+    }
+
+    /// Whether data beyond `ack` has arrived.
+    pub fn data_beyond(&self, ack: u32) -> bool {
+        after(self.data_end, ack)
+    }
 }
 
 /// Why an ACK was kept (a counter each).
@@ -122,11 +169,12 @@ pub enum KeepReason {
     First = 2,
     /// Not newer than the last ACK: a duplicate signals loss.
     Duplicate = 3,
-    /// A window update.
+    /// A new window, and the later ACK depends on the sender sending more.
     Window = 4,
     /// ECE or CWR changed.
     Ecn = 5,
-    /// No data beyond it was seen arriving: it may be the last ACK.
+    /// No data beyond it was seen arriving, and the data it acknowledges ended a write (PSH or
+    /// FIN): it may be the last ACK.
     NoLaterData = 6,
     /// Too few of the flow's ACKs are scheduled ahead for the mode.
     FewScheduled = 7,
@@ -165,14 +213,14 @@ pub enum AckVerdict {
     Keep(KeepReason),
 }
 
-/// Decides for a pure ACK of a flow in `state`, `data_end` being what the data direction has
+/// Decides for a pure ACK of a flow in `state`, `data` being what the data direction has
 /// shown arriving (if anything) and `ahead` how many of the flow's packets are still scheduled
 /// ([`scheduled_ahead`]). Does not update the state (see [`record`]).
 pub fn decide(
     mode: AckFilter,
     seen: &AckSeen,
     state: &AckState,
-    data_end: Option<u32>,
+    data: Option<&ReverseState>,
     ahead: u32,
 ) -> AckVerdict {
     use tcp_flags::{CWR, ECE};
@@ -189,15 +237,17 @@ pub fn decide(
     if !after(seen.ack, state.last_ack) {
         return keep(KeepReason::Duplicate);
     }
-    if seen.window != state.window {
-        return keep(KeepReason::Window);
-    }
     if (seen.flags ^ state.flags) & (ECE | CWR) != 0 {
         return keep(KeepReason::Ecn);
     }
-    match data_end {
-        Some(end) if after(end, seen.ack) => {}
-        _ => return keep(KeepReason::NoLaterData),
+    let Some(data) = data.filter(|d| d.later_ack_certain(seen.ack)) else {
+        return keep(KeepReason::NoLaterData);
+    };
+    // A new window is carried by the later ACK too (a window is the receiver's current state,
+    // the newer value supersedes), but only if that ACK comes whatever the sender may send:
+    // when it depends on the rest of a write, the sender may need this window to send it.
+    if seen.window != state.window && !data.data_beyond(seen.ack) {
+        return keep(KeepReason::Window);
     }
     let needed = match mode {
         AckFilter::Off => return keep(KeepReason::FewScheduled),
@@ -285,6 +335,11 @@ mod tests {
         }
     }
 
+    /// Data seen up to `end`, its last segment pushed (the end of a write).
+    fn pushed(end: u32) -> ReverseState {
+        ReverseState::first(end, ACK | PSH, 0)
+    }
+
     fn ack(n: u32) -> AckSeen {
         AckSeen {
             ack: n,
@@ -302,12 +357,12 @@ mod tests {
         assert_eq!(two, 2);
         let c = AckFilter::Conservative;
         assert_eq!(
-            decide(c, &ack(2000), &st, Some(5000), two),
+            decide(c, &ack(2000), &st, Some(&pushed(5000)), two),
             AckVerdict::Drop
         );
         // No data seen beyond it: it may be the last one.
         assert_eq!(
-            decide(c, &ack(2000), &st, Some(2000), two),
+            decide(c, &ack(2000), &st, Some(&pushed(2000)), two),
             AckVerdict::Keep(KeepReason::NoLaterData)
         );
         assert_eq!(
@@ -318,20 +373,20 @@ mod tests {
         let one = scheduled_ahead(now + MS, now - MS, now);
         assert_eq!(one, 1);
         assert_eq!(
-            decide(c, &ack(2000), &st, Some(5000), one),
+            decide(c, &ack(2000), &st, Some(&pushed(5000)), one),
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
         assert_eq!(
-            decide(AckFilter::Aggressive, &ack(2000), &st, Some(5000), one),
+            decide(AckFilter::Aggressive, &ack(2000), &st, Some(&pushed(5000)), one),
             AckVerdict::Drop
         );
         let none = scheduled_ahead(now - MS, now - 2 * MS, now);
         assert_eq!(
-            decide(AckFilter::Aggressive, &ack(2000), &st, Some(5000), none),
+            decide(AckFilter::Aggressive, &ack(2000), &st, Some(&pushed(5000)), none),
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
         assert_eq!(
-            decide(AckFilter::Off, &ack(2000), &st, Some(5000), two),
+            decide(AckFilter::Off, &ack(2000), &st, Some(&pushed(5000)), two),
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
     }
@@ -340,15 +395,40 @@ mod tests {
     fn information_no_later_ack_repeats_is_never_dropped() {
         let st = state(1000);
         let c = AckFilter::Aggressive;
-        let keep = |a: AckSeen| decide(c, &a, &st, Some(9000), 2);
+        let keep = |a: AckSeen| decide(c, &a, &st, Some(&pushed(9000)), 2);
         assert_eq!(keep(ack(1000)), AckVerdict::Keep(KeepReason::Duplicate));
         assert_eq!(keep(ack(900)), AckVerdict::Keep(KeepReason::Duplicate));
+        // A new window with data beyond it seen: the later ACK carries the receiver's window
+        // then, whatever the sender does.
         assert_eq!(
             keep(AckSeen {
                 window: 501,
                 ..ack(2000)
             }),
+            AckVerdict::Drop
+        );
+        // Only the rest of a write to come: the sender may need this window to send it.
+        let mid = ReverseState::first(2000, ACK, 0);
+        assert_eq!(
+            decide(
+                c,
+                &AckSeen {
+                    window: 501,
+                    ..ack(2000)
+                },
+                &st,
+                Some(&mid),
+                2
+            ),
             AckVerdict::Keep(KeepReason::Window)
+        );
+        // A pure window update (the same ACK number) is a duplicate: never dropped.
+        assert_eq!(
+            keep(AckSeen {
+                window: 501,
+                ..ack(1000)
+            }),
+            AckVerdict::Keep(KeepReason::Duplicate)
         );
         assert_eq!(
             keep(AckSeen {
@@ -373,9 +453,57 @@ mod tests {
         );
         let fresh = AckState::default();
         assert_eq!(
-            decide(c, &ack(2000), &fresh, Some(9000), 2),
+            decide(c, &ack(2000), &fresh, Some(&pushed(9000)), 2),
             AckVerdict::Keep(KeepReason::First)
         );
+    }
+
+    #[test]
+    fn an_ack_in_the_middle_of_a_write_is_followed_by_another() {
+        let st = state(1000);
+        let c = AckFilter::Conservative;
+        // The data it acknowledges ended without PSH: the rest of the write is coming.
+        let mid = ReverseState::first(2000, ACK, 0);
+        assert_eq!(decide(c, &ack(2000), &st, Some(&mid), 2), AckVerdict::Drop);
+        // Pushed, or the stream's FIN: the write (or the transfer) may end there.
+        for flags in [ACK | PSH, ACK | FIN] {
+            let end = ReverseState::first(2000, flags, 0);
+            assert_eq!(
+                decide(c, &ack(2000), &st, Some(&end), 2),
+                AckVerdict::Keep(KeepReason::NoLaterData)
+            );
+        }
+        // An ACK beyond the data seen (a FIN's, or data that came another way): kept.
+        assert_eq!(
+            decide(c, &ack(2001), &st, Some(&mid), 2),
+            AckVerdict::Keep(KeepReason::NoLaterData)
+        );
+        // Still needs the ACKs scheduled ahead.
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&mid), 1),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+    }
+
+    #[test]
+    fn the_push_follows_the_highest_data() {
+        let mut r = ReverseState::first(1000, ACK, 1);
+        assert_eq!((r.data_end, r.pushed), (1000, 0));
+        r.on_data(2000, ACK | PSH, 2);
+        assert_eq!((r.data_end, r.pushed), (2000, 1));
+        // Later data without a push: the write goes on.
+        r.on_data(3000, ACK, 3);
+        assert_eq!((r.data_end, r.pushed, r.seen_ns), (3000, 0, 3));
+        // A retransmission below the end changes nothing; the end again with PSH (a tail loss
+        // probe) marks it pushed.
+        r.on_data(2000, ACK | PSH, 4);
+        assert_eq!((r.data_end, r.pushed), (3000, 0));
+        r.on_data(3000, ACK | PSH, 5);
+        assert_eq!((r.data_end, r.pushed), (3000, 1));
+        // Sequence space wraps.
+        let mut w = ReverseState::first(u32::MAX - 10, ACK | PSH, 0);
+        w.on_data(100, ACK, 1);
+        assert_eq!((w.data_end, w.pushed), (100, 0));
     }
 
     #[test]
@@ -384,7 +512,7 @@ mod tests {
         assert!(!after(u32::MAX - 5, 5));
         let st = state(u32::MAX - 100);
         assert_eq!(
-            decide(AckFilter::Conservative, &ack(200), &st, Some(5000), 2),
+            decide(AckFilter::Conservative, &ack(200), &st, Some(&pushed(5000)), 2),
             AckVerdict::Drop
         );
     }

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     ackfilter::{
-        AckFilter, AckSeen, AckState, AckVerdict, ReverseState, after, decide, is_pure_ack, record,
+        AckFilter, AckSeen, AckState, AckVerdict, ReverseState, decide, is_pure_ack, record,
         scan_options,
     },
     datapath::{DatapathStats, FlowKey, ShaperConfig},
@@ -167,12 +167,12 @@ pub fn filter(
     // SAFETY: map value, valid for this run.
     let state = unsafe { &mut *state };
     // SAFETY: as above.
-    let data_end = REVERSE.get_ptr_mut(&key).map(|r| unsafe { (*r).data_end });
+    let data = REVERSE.get_ptr_mut(&key).map(|r| unsafe { &*r });
     let verdict = decide(
         AckFilter::from_u32(config.ack_filter),
         &seen,
         state,
-        data_end,
+        data,
         ahead,
     );
     record(state, &seen);
@@ -190,7 +190,8 @@ pub fn filter(
     }
 }
 
-/// Records how far a data packet arriving at ingress reaches (in `shaper_ingress`).
+/// Records how far a data packet arriving at ingress reaches, and whether it ended a write (in
+/// `shaper_ingress`).
 #[inline(always)]
 pub fn observe(info: &PacketInfo, now: u64) {
     if info.ip_proto != IPPROTO_TCP {
@@ -205,20 +206,10 @@ pub fn observe(info: &PacketInfo, now: u64) {
     let end = info.tcp_seq.wrapping_add(payload);
     let key = reverse_key(info);
     match REVERSE.get_ptr_mut(&key) {
-        Some(r) => {
-            // SAFETY: map value, valid for this run.
-            let r = unsafe { &mut *r };
-            if after(end, r.data_end) {
-                r.data_end = end;
-            }
-            r.seen_ns = now;
-        }
+        // SAFETY: map value, valid for this run.
+        Some(r) => unsafe { (*r).on_data(end, info.tcp_flags, now) },
         None => {
-            let fresh = ReverseState {
-                data_end: end,
-                _pad: 0,
-                seen_ns: now,
-            };
+            let fresh = ReverseState::first(end, info.tcp_flags, now);
             let _ = REVERSE.insert(&key, &fresh, BPF_NOEXIST as u64);
         }
     }

@@ -155,6 +155,58 @@ fn aggressive_needs_only_one_scheduled() {
 }
 
 #[test]
+fn an_ack_in_the_middle_of_a_write_is_dropped_the_end_of_a_write_kept() {
+    let mut h = harness(AckFilter::Aggressive);
+    // 2 kB arrived, its last segment without PSH: the sender's write goes on.
+    let mid_write = Seg {
+        flags: ACK,
+        ..Seg::data(1, 2_000)
+    };
+    h.run_ingress(&mid_write.frame(false));
+    assert_eq!(send(&mut h, &Seg::ack(501)), PASS);
+    assert_eq!(send(&mut h, &Seg::ack(1_001)), PASS, "the first left at once");
+    assert_eq!(
+        send(&mut h, &Seg::ack(2_001)),
+        DROP,
+        "acknowledges all data seen, but the write goes on"
+    );
+    // More of the write, and the ACK for it opens the window: the sender may need that window
+    // to send the rest, so it is kept.
+    let more = Seg {
+        flags: ACK,
+        ..Seg::data(2_001, 1_000)
+    };
+    h.run_ingress(&more.frame(false));
+    let wider = Seg {
+        window: 900,
+        ..Seg::ack(3_001)
+    };
+    assert_eq!(send(&mut h, &wider), PASS);
+    assert_eq!(kept(&h, KeepReason::Window), 1);
+    // The write ends (PSH): the ACK for its end may be the last one.
+    h.run_ingress(&Seg::data(3_001, 1_000).frame(false));
+    let end = Seg {
+        window: 900,
+        ..Seg::ack(4_001)
+    };
+    assert_eq!(send(&mut h, &end), PASS);
+    assert_eq!(kept(&h, KeepReason::NoLaterData), 1);
+    // So is the ACK of a FIN-carrying segment (the end of the stream).
+    let fin = Seg {
+        flags: ACK | FIN,
+        ..Seg::data(4_001, 1_000)
+    };
+    h.run_ingress(&fin.frame(false));
+    let fin_ack = Seg {
+        window: 900,
+        ..Seg::ack(5_001)
+    };
+    assert_eq!(send(&mut h, &fin_ack), PASS);
+    assert_eq!(kept(&h, KeepReason::NoLaterData), 2);
+    assert_eq!(h.view().stats.ack_dropped, 1);
+}
+
+#[test]
 fn without_data_seen_at_ingress_nothing_is_dropped() {
     let mut h = harness(AckFilter::Aggressive);
     for n in 1..6 {
@@ -210,14 +262,16 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
         send(&mut h, &with(50_001, &|s| s.options = vec![30, 4, 0, 0])),
         PASS
     );
-    // A window update.
-    assert_eq!(send(&mut h, &with(60_001, &|s| s.window = 900)), PASS);
+    // A new window, data beyond it seen: the later ACK carries the receiver's window then.
+    assert_eq!(send(&mut h, &with(60_001, &|s| s.window = 900)), DROP);
+    // A pure window update (no new ACK number) is never dropped.
+    assert_eq!(send(&mut h, &with(60_001, &|s| s.window = 950)), PASS);
     // ECE appears.
     assert_eq!(
         send(
             &mut h,
             &with(70_001, &|s| {
-                s.window = 900;
+                s.window = 950;
                 s.flags = ACK | ECE;
             })
         ),
@@ -228,7 +282,7 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
     for s in [
         with(80_001, &|s| {
             s.payload = 100;
-            s.window = 900;
+            s.window = 950;
         }),
         with(80_001, &|s| s.flags = ACK | FIN),
         with(80_001, &|s| s.flags = ACK | SYN),
@@ -238,10 +292,9 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
         assert_eq!(send(&mut h, &s), PASS);
     }
     assert_eq!(h.view().stats.ack_seen, seen_before);
-    assert_eq!(kept(&h, KeepReason::Duplicate), 1);
+    assert_eq!(kept(&h, KeepReason::Duplicate), 2);
     assert_eq!(kept(&h, KeepReason::Sack), 2);
     assert_eq!(kept(&h, KeepReason::UnknownOption), 1);
-    assert_eq!(kept(&h, KeepReason::Window), 1);
     assert_eq!(kept(&h, KeepReason::Ecn), 1);
 }
 
