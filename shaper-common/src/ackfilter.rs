@@ -377,12 +377,24 @@ mod tests {
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
         assert_eq!(
-            decide(AckFilter::Aggressive, &ack(2000), &st, Some(&pushed(5000)), one),
+            decide(
+                AckFilter::Aggressive,
+                &ack(2000),
+                &st,
+                Some(&pushed(5000)),
+                one
+            ),
             AckVerdict::Drop
         );
         let none = scheduled_ahead(now - MS, now - 2 * MS, now);
         assert_eq!(
-            decide(AckFilter::Aggressive, &ack(2000), &st, Some(&pushed(5000)), none),
+            decide(
+                AckFilter::Aggressive,
+                &ack(2000),
+                &st,
+                Some(&pushed(5000)),
+                none
+            ),
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
         assert_eq!(
@@ -512,7 +524,13 @@ mod tests {
         assert!(!after(u32::MAX - 5, 5));
         let st = state(u32::MAX - 100);
         assert_eq!(
-            decide(AckFilter::Conservative, &ack(200), &st, Some(&pushed(5000)), 2),
+            decide(
+                AckFilter::Conservative,
+                &ack(200),
+                &st,
+                Some(&pushed(5000)),
+                2
+            ),
             AckVerdict::Drop
         );
     }

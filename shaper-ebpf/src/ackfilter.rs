@@ -45,28 +45,21 @@ pub fn candidate(info: &PacketInfo, config: &ShaperConfig) -> bool {
         )
 }
 
-/// The key of a flow's ACKs: their 5-tuple as they travel.
+/// The key of a flow's ACKs: their 5-tuple as they travel (`reversed`: the 5-tuple of the ACKs
+/// that answer this data packet). Always called with a constant, so each use compiles to one
+/// straight path.
 #[inline(always)]
-fn ack_key(info: &PacketInfo) -> FlowKey {
+fn ack_key(info: &PacketInfo, reversed: bool) -> FlowKey {
+    let (src, dst, src_port, dst_port) = if reversed {
+        (info.dst_addr, info.src_addr, info.dst_port, info.src_port)
+    } else {
+        (info.src_addr, info.dst_addr, info.src_port, info.dst_port)
+    };
     FlowKey {
-        src: info.src_addr,
-        dst: info.dst_addr,
-        src_port: info.src_port,
-        dst_port: info.dst_port,
-        proto: info.ip_proto,
-        family: if info.l3_proto == ETH_P_IPV6 { 6 } else { 4 },
-        _pad: [0; 2],
-    }
-}
-
-/// The key of the ACKs that answer a data packet: its 5-tuple reversed.
-#[inline(always)]
-fn reverse_key(info: &PacketInfo) -> FlowKey {
-    FlowKey {
-        src: info.dst_addr,
-        dst: info.src_addr,
-        src_port: info.dst_port,
-        dst_port: info.src_port,
+        src,
+        dst,
+        src_port,
+        dst_port,
         proto: info.ip_proto,
         family: if info.l3_proto == ETH_P_IPV6 { 6 } else { 4 },
         _pad: [0; 2],
@@ -157,7 +150,7 @@ pub fn filter(
             scan_options(buf, options, &mut seen);
         }
     }
-    let key = ack_key(info);
+    let key = ack_key(info, false);
     if ACKS.get_ptr_mut(&key).is_none() {
         let _ = ACKS.insert(&key, &AckState::default(), BPF_NOEXIST as u64);
     }
@@ -204,7 +197,7 @@ pub fn observe(info: &PacketInfo, now: u64) {
         return;
     }
     let end = info.tcp_seq.wrapping_add(payload);
-    let key = reverse_key(info);
+    let key = ack_key(info, true);
     match REVERSE.get_ptr_mut(&key) {
         // SAFETY: map value, valid for this run.
         Some(r) => unsafe { (*r).on_data(end, info.tcp_flags, now) },

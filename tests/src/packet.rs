@@ -122,6 +122,30 @@ pub fn tcp4_flow(
         .build()
 }
 
+/// An IPv4 TCP frame of `frame_len` bytes from port `src_port` with the DS field `ds`
+/// (DSCP << 2 | ECN) and a valid header checksum.
+pub fn tcp4_ds(src_port: u16, ds: u8, frame_len: usize) -> Vec<u8> {
+    let mut f = tcp4_flow([10, 0, 0, 1], [10, 0, 0, 2], src_port, 5201, frame_len);
+    f[15] = ds;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum = ipv4_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// The one's-complement sum of an IPv4 header whose checksum field is zero, or the check of
+/// one that has it (0 when valid).
+pub fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
 pub fn udp6_frame(payload_len: usize) -> Vec<u8> {
     let mut l4 = udp_header(5353, 53, payload_len);
     l4.extend(std::iter::repeat_n(0x11, payload_len));

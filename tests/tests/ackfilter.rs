@@ -164,7 +164,11 @@ fn an_ack_in_the_middle_of_a_write_is_dropped_the_end_of_a_write_kept() {
     };
     h.run_ingress(&mid_write.frame(false));
     assert_eq!(send(&mut h, &Seg::ack(501)), PASS);
-    assert_eq!(send(&mut h, &Seg::ack(1_001)), PASS, "the first left at once");
+    assert_eq!(
+        send(&mut h, &Seg::ack(1_001)),
+        PASS,
+        "the first left at once"
+    );
     assert_eq!(
         send(&mut h, &Seg::ack(2_001)),
         DROP,

@@ -45,11 +45,7 @@ fn harness(limit_ns: u64) -> Harness {
 
 /// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum.
 fn tcp4(port: u16, ecn: u8) -> Vec<u8> {
-    let mut f = packet::tcp4_flow([10, 0, 0, 1], [10, 0, 0, 2], port, 5201, FRAME);
-    f[15] = ecn;
-    let sum = ipv4_checksum(&f[14..34]);
-    f[24..26].copy_from_slice(&sum.to_be_bytes());
-    f
+    packet::tcp4_ds(port, ecn, FRAME)
 }
 
 /// An IPv6 UDP frame with the given ECN bits (traffic class 0 otherwise).
@@ -60,19 +56,6 @@ fn udp6(ecn: u8) -> Vec<u8> {
     let mut ip = packet::ipv6(UDP, 1, 2, &l4);
     ip[1] |= ecn << 4;
     Frame::ether_type(ETH_P_IPV6).payload(ip).build()
-}
-
-/// The one's-complement sum of a header whose checksum field is zero, or the check of one
-/// that has it (0 when valid).
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// Queues a burst for the flow of `frame`, waits past the interval, and returns the outcome of
@@ -95,7 +78,7 @@ fn ecn_capable_ipv4_is_marked_with_a_valid_checksum() {
     assert_eq!(out.data[15] & 0b11, CE, "CE set");
     assert_eq!(out.data[15] >> 2, frame[15] >> 2, "DSCP untouched");
     assert_eq!(
-        ipv4_checksum(&out.data[14..34]),
+        packet::ipv4_checksum(&out.data[14..34]),
         0,
         "header checksum still valid"
     );

@@ -36,22 +36,7 @@ fn harness(wash: bool, fwmark_mask: u32) -> Harness {
 
 /// An IPv4 TCP frame with a DS field (DSCP << 2 | ECN) and a valid header checksum.
 fn tcp4(port: u16, ds: u8) -> Vec<u8> {
-    let mut f = packet::tcp4_flow([10, 0, 0, 1], [10, 0, 0, 2], port, 5201, FRAME);
-    f[15] = ds;
-    let sum = checksum(&f[14..34]);
-    f[24..26].copy_from_slice(&sum.to_be_bytes());
-    f
-}
-
-fn checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    packet::tcp4_ds(port, ds, FRAME)
 }
 
 fn tins_of_hosts(h: &Harness) -> Vec<u8> {
@@ -94,7 +79,7 @@ fn wash_clears_the_dscp_and_keeps_ecn() {
     assert_eq!(out.verdict, PASS);
     assert_eq!(out.data[15], 0b10, "DSCP cleared, ECT(0) kept");
     assert_eq!(
-        checksum(&out.data[14..34]),
+        packet::ipv4_checksum(&out.data[14..34]),
         0,
         "header checksum still valid"
     );
