@@ -112,12 +112,11 @@ pub struct ReverseState {
     /// write (or the stream) may end there. Without it, the sender had more of the same write
     /// queued when it sent that segment.
     pub pushed: u32,
-    pub seen_ns: u64,
 }
 
 impl ReverseState {
     /// The state after a data segment `[seq, end)` with TCP `flags` arrived.
-    pub fn on_data(&mut self, end: u32, flags: u8, now_ns: u64) {
+    pub fn on_data(&mut self, end: u32, flags: u8) {
         use tcp_flags::{FIN, PSH};
         let pushed = (flags & (PSH | FIN) != 0) as u32;
         if after(end, self.data_end) {
@@ -128,17 +127,15 @@ impl ReverseState {
             // copy counts.
             self.pushed |= pushed;
         }
-        self.seen_ns = now_ns;
     }
 
     /// A fresh state for a flow whose first data segment seen ends at `end`.
-    pub fn first(end: u32, flags: u8, now_ns: u64) -> Self {
+    pub fn first(end: u32, flags: u8) -> Self {
         let mut r = Self {
             data_end: end,
             pushed: 0,
-            seen_ns: now_ns,
         };
-        r.on_data(end, flags, now_ns);
+        r.on_data(end, flags);
         r
     }
 
@@ -337,7 +334,7 @@ mod tests {
 
     /// Data seen up to `end`, its last segment pushed (the end of a write).
     fn pushed(end: u32) -> ReverseState {
-        ReverseState::first(end, ACK | PSH, 0)
+        ReverseState::first(end, ACK | PSH)
     }
 
     fn ack(n: u32) -> AckSeen {
@@ -420,7 +417,7 @@ mod tests {
             AckVerdict::Drop
         );
         // Only the rest of a write to come: the sender may need this window to send it.
-        let mid = ReverseState::first(2000, ACK, 0);
+        let mid = ReverseState::first(2000, ACK);
         assert_eq!(
             decide(
                 c,
@@ -475,11 +472,11 @@ mod tests {
         let st = state(1000);
         let c = AckFilter::Conservative;
         // The data it acknowledges ended without PSH: the rest of the write is coming.
-        let mid = ReverseState::first(2000, ACK, 0);
+        let mid = ReverseState::first(2000, ACK);
         assert_eq!(decide(c, &ack(2000), &st, Some(&mid), 2), AckVerdict::Drop);
         // Pushed, or the stream's FIN: the write (or the transfer) may end there.
         for flags in [ACK | PSH, ACK | FIN] {
-            let end = ReverseState::first(2000, flags, 0);
+            let end = ReverseState::first(2000, flags);
             assert_eq!(
                 decide(c, &ack(2000), &st, Some(&end), 2),
                 AckVerdict::Keep(KeepReason::NoLaterData)
@@ -499,22 +496,22 @@ mod tests {
 
     #[test]
     fn the_push_follows_the_highest_data() {
-        let mut r = ReverseState::first(1000, ACK, 1);
+        let mut r = ReverseState::first(1000, ACK);
         assert_eq!((r.data_end, r.pushed), (1000, 0));
-        r.on_data(2000, ACK | PSH, 2);
+        r.on_data(2000, ACK | PSH);
         assert_eq!((r.data_end, r.pushed), (2000, 1));
         // Later data without a push: the write goes on.
-        r.on_data(3000, ACK, 3);
-        assert_eq!((r.data_end, r.pushed, r.seen_ns), (3000, 0, 3));
+        r.on_data(3000, ACK);
+        assert_eq!((r.data_end, r.pushed), (3000, 0));
         // A retransmission below the end changes nothing; the end again with PSH (a tail loss
         // probe) marks it pushed.
-        r.on_data(2000, ACK | PSH, 4);
+        r.on_data(2000, ACK | PSH);
         assert_eq!((r.data_end, r.pushed), (3000, 0));
-        r.on_data(3000, ACK | PSH, 5);
+        r.on_data(3000, ACK | PSH);
         assert_eq!((r.data_end, r.pushed), (3000, 1));
         // Sequence space wraps.
-        let mut w = ReverseState::first(u32::MAX - 10, ACK | PSH, 0);
-        w.on_data(100, ACK, 1);
+        let mut w = ReverseState::first(u32::MAX - 10, ACK | PSH);
+        w.on_data(100, ACK);
         assert_eq!((w.data_end, w.pushed), (100, 0));
     }
 

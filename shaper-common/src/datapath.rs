@@ -406,7 +406,7 @@ const _: () = {
                 + KeepReason::COUNT)
     );
     assert!(core::mem::size_of::<AckState>() == 8);
-    assert!(core::mem::size_of::<ReverseState>() == 16);
+    assert!(core::mem::size_of::<ReverseState>() == 8);
 };
 
 #[cfg(feature = "user")]

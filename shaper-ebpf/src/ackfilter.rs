@@ -186,7 +186,7 @@ pub fn filter(
 /// Records how far a data packet arriving at ingress reaches, and whether it ended a write (in
 /// `shaper_ingress`).
 #[inline(always)]
-pub fn observe(info: &PacketInfo, now: u64) {
+pub fn observe(info: &PacketInfo) {
     if info.ip_proto != IPPROTO_TCP {
         return;
     }
@@ -200,9 +200,9 @@ pub fn observe(info: &PacketInfo, now: u64) {
     let key = ack_key(info, true);
     match REVERSE.get_ptr_mut(&key) {
         // SAFETY: map value, valid for this run.
-        Some(r) => unsafe { (*r).on_data(end, info.tcp_flags, now) },
+        Some(r) => unsafe { (*r).on_data(end, info.tcp_flags) },
         None => {
-            let fresh = ReverseState::first(end, info.tcp_flags, now);
+            let fresh = ReverseState::first(end, info.tcp_flags);
             let _ = REVERSE.insert(&key, &fresh, BPF_NOEXIST as u64);
         }
     }

@@ -209,7 +209,7 @@ pub fn shaper_ingress(ctx: TcContext) -> i32 {
     }
     // GRO packets may hold their headers in pages: pull them as the egress path does.
     if let Ok(info) = classify(&ctx) {
-        ackfilter::observe(&info, unsafe { bpf_ktime_get_ns() });
+        ackfilter::observe(&info);
     }
     TC_ACT_UNSPEC
 }
