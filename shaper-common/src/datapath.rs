@@ -93,14 +93,17 @@ pub const FLOW_CREDIT_NS: u64 = 2_000_000;
 /// host within its allocation never waits behind the host's bulk flows.
 pub const HOST_SLACK_BINS: u64 = 4;
 
-/// The calendar's bin width for a rate and horizon: at least 1 ms, wide enough that a 64 KiB
-/// GSO packet fits in half the bins one packet may book, and so that the ring spans the horizon
-/// (every departure the data path admits is booked, so the aggregate never exceeds the rate by
-/// more than a bin's worth).
-pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64) -> u64 {
-    let gso = crate::edt::tx_time_ns(64 * 1024, ns_per_byte_fp);
-    // Half the span: a GSO packet still fits when the bins it lands in are half booked.
-    let for_gso = gso.div_ceil(CALENDAR_MAX_SPAN_BINS as u64 / 2);
+/// The calendar's bin width for a rate, a horizon and the largest packet the device sends (wire
+/// bytes; its GSO limit): at least 1 ms, wide enough that the largest packet fits in half the
+/// bins one packet may book, and so that the ring spans the horizon (every departure the data
+/// path admits is booked). The width is also the aggregate's burst: inside its bin a packet
+/// leaves when its flow says, so a bin's worth of wire time can leave at once. Sized for 64 KiB
+/// whatever the device sends, a bin at 1 Mbit/s was 276 ms: 33 KB released together into the
+/// modem behind it, whose queue then held every upload's ping for tens of milliseconds.
+pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64, largest_packet_bytes: u64) -> u64 {
+    let largest = crate::edt::tx_time_ns(largest_packet_bytes, ns_per_byte_fp);
+    // Half the span: the largest packet still fits when the bins it lands in are half booked.
+    let for_gso = largest.div_ceil(CALENDAR_MAX_SPAN_BINS as u64 / 2);
     let for_horizon = horizon_ns.div_ceil(CALENDAR_BINS as u64 - 2);
     let mut bin = 1_000_000;
     if for_gso > bin {
@@ -427,6 +430,26 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calendar_bins_fit_the_largest_packet_and_no_more() {
+        use crate::edt::ns_per_byte_fp;
+        const S: u64 = 1_000_000_000;
+        // 1 ms at the rates where the largest packet takes less than 2 ms.
+        assert_eq!(
+            calendar_bin_ns(ns_per_byte_fp(100_000_000), 2 * S, 3_028),
+            1_000_000
+        );
+        // Two frames at 950 kbit/s take 25.5 ms: bins of half that, not the 276 ms a 64 KiB
+        // packet would need.
+        let slow = calendar_bin_ns(ns_per_byte_fp(950_000), 2 * S, 3_028);
+        assert!((12_700_000..12_800_000).contains(&slow), "{slow}");
+        let gso = calendar_bin_ns(ns_per_byte_fp(950_000), 2 * S, 65_536);
+        assert!((275_000_000..277_000_000).contains(&gso), "{gso}");
+        // The ring always spans the horizon.
+        let far = calendar_bin_ns(ns_per_byte_fp(1_000_000_000), 100 * S, 1_514);
+        assert!(far * (CALENDAR_BINS as u64 - 2) >= 100 * S);
+    }
 
     #[test]
     fn delay_buckets_double_from_64us() {

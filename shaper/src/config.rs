@@ -375,8 +375,9 @@ impl Settings {
     }
 
     /// The map value the data path reads, for a device whose full frames are `frame_bytes` on
-    /// the wire.
-    pub fn datapath_config(&self, frame_bytes: u32) -> ShaperConfig {
+    /// the wire and whose largest packets (its GSO limits, see `link::GsoLimits`) are
+    /// `largest_packet_bytes`.
+    pub fn datapath_config(&self, frame_bytes: u32, largest_packet_bytes: u64) -> ShaperConfig {
         let ns_per_byte_fp = edt::ns_per_byte_fp(self.rate_bps);
         let mut aqm =
             AqmParams::for_rate(self.rtt_ns, ns_per_byte_fp, frame_bytes, self.horizon_ns);
@@ -394,7 +395,7 @@ impl Settings {
             host_mask_v4: prefix_mask(self.state.host_prefix_v4, 1)[0],
             _pad: 0,
             host_mask_v6: prefix_mask(self.state.host_prefix_v6, 4),
-            calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp, self.horizon_ns),
+            calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp, self.horizon_ns, largest_packet_bytes),
             aqm,
             tin_of_dscp: self.diffserv.table(),
             fwmark_mask: self.fwmark_mask,
@@ -455,7 +456,7 @@ mod tests {
         assert_eq!(s.horizon_ns, 2_000_000_000);
         assert_eq!(s.fq.horizon_us, 3_000_000);
         assert_eq!(
-            s.datapath_config(1514).ns_per_byte_fp,
+            s.datapath_config(1514, 65_536).ns_per_byte_fp,
             edt::ns_per_byte_fp(100_000_000)
         );
     }
@@ -525,7 +526,7 @@ mod tests {
     fn isolation_and_state() {
         let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
         assert_eq!(s.isolation, Isolation::TripleIsolate);
-        let c = s.datapath_config(1514);
+        let c = s.datapath_config(1514, 65_536);
         assert_eq!(c.isolation, Isolation::TripleIsolate as u32);
         assert_eq!(c.host_mask_v4, u32::MAX);
         assert_eq!(c.host_mask_v6, [u32::MAX, u32::MAX, 0, 0]);
@@ -597,7 +598,7 @@ mod tests {
         assert!(e.contains("intranet") && e.contains("datacentre"), "{e}");
         assert!(with_rtt("0us").is_err());
         // The AQM's parameters follow: internet at 100 Mbit/s is CoDel's 5 ms / 100 ms.
-        let c = with_rtt("internet").unwrap().datapath_config(1514);
+        let c = with_rtt("internet").unwrap().datapath_config(1514, 65_536);
         assert_eq!(
             (c.aqm.target_ns, c.aqm.interval_ns),
             (5_000_000, 100_000_000)

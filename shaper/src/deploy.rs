@@ -63,8 +63,13 @@ impl Deployment {
         });
         let mut sock = Socket::open()?;
         let frame_bytes = iface.frame_bytes(&mut sock)?;
+        let gso = plan_gso(&mut sock, &iface, settings, &stale);
+        let largest_packet = match &gso {
+            Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
+            None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
+        };
         let mut datapath = Datapath::load(&settings.state)?;
-        datapath.configure(&settings.datapath_config(frame_bytes))?;
+        datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
 
         let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
         let (original, mut clsact_added) = match &stale {
@@ -121,7 +126,10 @@ impl Deployment {
             .into());
         }
 
-        let original_gso = gso_for_rate(&mut sock, &iface, settings, &stale);
+        let original_gso = match gso {
+            Some(plan) => apply_gso(&mut sock, &iface, plan),
+            None => stale.as_ref().and_then(|s| s.original_gso),
+        };
 
         let state = State {
             pid: std::process::id(),
@@ -235,32 +243,54 @@ fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError
     })
 }
 
-/// Sets the device's GSO limits for the rate (see `link::GSO_BUDGET_NS`; the device's own with
-/// `--no-split-gso`) and returns the limits to restore on exit (`None`: nothing to restore).
+/// The device's GSO limits now, before any shaper (`baseline`), and for the rate (see
+/// `link::GSO_BUDGET_NS`; the device's own with `--no-split-gso`).
+struct GsoPlan {
+    current: GsoLimits,
+    baseline: GsoLimits,
+    wanted: GsoLimits,
+}
+
 /// The baseline is what the device had before any shaper: the limits found now, or those a
 /// previous unclean run recorded, so a restart at another rate starts from the device's own
-/// limits, not from the previous run's. A device that refuses is shaped anyway, with coarser
-/// packets (warned).
-fn gso_for_rate(
+/// limits, not from the previous run's. `None` when the device's limits cannot be read.
+fn plan_gso(
     sock: &mut Socket,
     iface: &Interface,
     settings: &Settings,
     stale: &Option<State>,
-) -> Option<GsoLimits> {
-    let previous = stale.as_ref().and_then(|s| s.original_gso);
+) -> Option<GsoPlan> {
     let current = match iface.gso_limits(sock) {
         Ok(c) => c,
         Err(e) => {
             warn!("reading the GSO limits of {}: {e}", iface.name);
-            return previous;
+            return None;
         }
     };
-    let baseline = previous.unwrap_or(current);
+    let baseline = stale
+        .as_ref()
+        .and_then(|s| s.original_gso)
+        .unwrap_or(current);
     let wanted = if settings.split_gso {
         GsoLimits::for_rate(settings.rate_bps, baseline).unwrap_or(baseline)
     } else {
         baseline
     };
+    Some(GsoPlan {
+        current,
+        baseline,
+        wanted,
+    })
+}
+
+/// Sets the planned limits and returns those to restore on exit (`None`: nothing to restore).
+/// A device that refuses is shaped anyway, with coarser packets (warned).
+fn apply_gso(sock: &mut Socket, iface: &Interface, plan: GsoPlan) -> Option<GsoLimits> {
+    let GsoPlan {
+        current,
+        baseline,
+        wanted,
+    } = plan;
     if wanted != current {
         match iface.set_gso_limits(sock, wanted) {
             Ok(()) => info!(

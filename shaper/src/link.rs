@@ -138,6 +138,13 @@ pub struct GsoLimits {
 }
 
 impl GsoLimits {
+    /// What the kernel allows by default (without BIG TCP): assumed when a device's own limits
+    /// cannot be read.
+    pub const UNKNOWN: GsoLimits = GsoLimits {
+        max_size: GSO_MAX_BYTES,
+        max_segs: u16::MAX as u32,
+    };
+
     /// The limits for shaping at `rate_bps`: a super-packet of at most [`GSO_BUDGET_NS`] of
     /// wire time, never less than one frame, never more than the device allows now. `None`
     /// when the current limits are already within the budget (nothing to change).
@@ -154,6 +161,17 @@ impl GsoLimits {
             max_segs: segs.min(current.max_segs),
         };
         (wanted != current).then_some(wanted)
+    }
+
+    /// Wire bytes of the largest packet a device with these limits sends, for frames of
+    /// `frame_bytes`: what the calendar's bins must hold. Never under two frames: a host's TCP
+    /// builds packets of at least two segments (`tcp_min_tso_segs`) and a router forwards them
+    /// whole, whatever its own device's limits.
+    pub fn largest_packet_bytes(&self, frame_bytes: u32) -> u64 {
+        let frame = frame_bytes as u64;
+        let by_segs = self.max_segs as u64 * frame;
+        let by_size = self.max_size as u64 + frame;
+        by_segs.min(by_size).max(2 * frame)
     }
 }
 
@@ -194,6 +212,20 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn largest_packet_is_the_limits_in_frames_and_at_least_two() {
+        assert_eq!(DEFAULT.largest_packet_bytes(1_514), 65_536 + 1_514);
+        let gig = GsoLimits::for_rate(1_000_000_000, DEFAULT).unwrap();
+        assert_eq!(gig.largest_packet_bytes(1_514), 10 * 1_514);
+        let slow = GsoLimits::for_rate(1_000_000, DEFAULT).unwrap();
+        assert_eq!(slow.largest_packet_bytes(1_514), 2 * 1_514);
+        let few = GsoLimits {
+            max_size: 65_536,
+            max_segs: 4,
+        };
+        assert_eq!(few.largest_packet_bytes(9_014), 4 * 9_014);
     }
 
     #[test]

@@ -124,6 +124,7 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         calendar_bin_ns: shaper_common::datapath::calendar_bin_ns(
             shaper_common::edt::ns_per_byte_fp(rate_bps),
             horizon_ns,
+            64 * 1024,
         ),
         ..Default::default()
     }
