@@ -57,8 +57,8 @@ impl Interface {
     pub fn gso_limits(&self, sock: &mut Socket) -> Result<GsoLimits, LinkError> {
         let [size, segs] = self.link_u32s(sock, [IFLA_GSO_MAX_SIZE, IFLA_GSO_MAX_SEGS])?;
         Ok(GsoLimits {
-            max_size: size.unwrap_or(GSO_MAX_BYTES),
-            max_segs: segs.unwrap_or(u16::MAX as u32),
+            max_size: size.unwrap_or(GsoLimits::UNKNOWN.max_size),
+            max_segs: segs.unwrap_or(GsoLimits::UNKNOWN.max_segs),
         })
     }
 
@@ -138,8 +138,8 @@ pub struct GsoLimits {
 }
 
 impl GsoLimits {
-    /// What the kernel allows by default (without BIG TCP): assumed when a device's own limits
-    /// cannot be read.
+    /// What the kernel allows by default (without BIG TCP): assumed for a limit the device does
+    /// not report, or when its limits cannot be read.
     pub const UNKNOWN: GsoLimits = GsoLimits {
         max_size: GSO_MAX_BYTES,
         max_segs: u16::MAX as u32,
@@ -186,10 +186,7 @@ pub fn current_netns_id() -> u64 {
 mod tests {
     use super::*;
 
-    const DEFAULT: GsoLimits = GsoLimits {
-        max_size: 65_536,
-        max_segs: 65_535,
-    };
+    const DEFAULT: GsoLimits = GsoLimits::UNKNOWN;
 
     #[test]
     fn gso_is_limited_to_the_budget_at_the_rate() {
