@@ -12,6 +12,7 @@ use super::RunResult;
 /// draws text with it directly, no fontconfig.
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
+#[derive(Default)]
 pub struct Plots {
     /// File names inside the plot directory.
     pub throughput: Option<String>,
