@@ -1,12 +1,12 @@
-//! PNG plots of a scenario's results: throughput per host over time and the latency CDF idle
-//! vs loaded, one panel per contender (its first successful repetition).
+//! PNG plots of a scenario's results: throughput per host over time and the latency probes'
+//! CDF idle vs loaded, one panel per contender (its first successful repetition).
 
 use std::{path::Path, sync::OnceLock};
 
 use anyhow::{Context, Result, anyhow};
-use plotters::prelude::*;
+use plotters::{element::DashedPathElement, prelude::*};
 
-use super::RunResult;
+use super::{RunResult, scenario::ProbeKind};
 
 /// The font the bootstrap installs (Debian's fonts-dejavu-core); plotters' ab_glyph backend
 /// draws text with it directly, no fontconfig.
@@ -61,14 +61,14 @@ pub fn draw(scenario: &str, runs: &[&RunResult], dir: &Path) -> Result<Plots> {
     throughput_plot(scenario, &panels, &dir.join(&throughput))
         .with_context(|| format!("plotting {throughput}"))?;
     let latency = format!("{scenario}-latency.png");
-    let has_pings = panels.iter().any(|r| !r.latency.ping_samples.is_empty());
-    if has_pings {
+    let has_latency = panels.iter().any(|r| !probe_rtts(r).is_empty());
+    if has_latency {
         latency_plot(scenario, &panels, &dir.join(&latency))
             .with_context(|| format!("plotting {latency}"))?;
     }
     Ok(Plots {
         throughput: Some(throughput),
-        latency: has_pings.then_some(latency),
+        latency: has_latency.then_some(latency),
     })
 }
 
@@ -140,42 +140,77 @@ fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// A run's pings split by the rule of the statistics (see `results::classify`).
-fn idle_loaded(r: &RunResult) -> (Vec<f64>, Vec<f64>) {
-    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
-    for (t, rtt) in &r.latency.ping_samples {
-        match super::results::classify(*t, &r.flows, r.warmup_s, r.duration_s) {
-            Some(true) => loaded.push(*rtt),
-            Some(false) => idle.push(*rtt),
-            None => {}
-        }
+/// A colour per probe kind, the same in every panel and plot.
+fn probe_color(kind: ProbeKind) -> RGBColor {
+    match kind {
+        ProbeKind::Ping => RGBColor(31, 119, 180),
+        ProbeKind::UdpRr => RGBColor(255, 127, 14),
+        ProbeKind::TcpRr => RGBColor(44, 160, 44),
     }
-    (idle, loaded)
+}
+
+/// One kind of latency probe's round trips in a run (ms), split by the rule of the statistics
+/// (see `results::classify`).
+struct ProbeRtts {
+    kind: ProbeKind,
+    idle: Vec<f64>,
+    loaded: Vec<f64>,
+}
+
+/// The latency probes a run measured, in the scenario format's order.
+fn probe_rtts(r: &RunResult) -> Vec<ProbeRtts> {
+    ProbeKind::ALL
+        .into_iter()
+        .filter_map(|kind| {
+            let samples = match kind {
+                ProbeKind::Ping => &r.latency.ping_samples,
+                _ => &r.latency.rr.get(kind.as_str())?.samples,
+            };
+            let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+            for (t, rtt) in samples {
+                match super::results::classify(*t, &r.flows, r.warmup_s, r.duration_s) {
+                    Some(true) => loaded.push(*rtt),
+                    Some(false) => idle.push(*rtt),
+                    None => {}
+                }
+            }
+            (!idle.is_empty() || !loaded.is_empty()).then_some(ProbeRtts { kind, idle, loaded })
+        })
+        .collect()
 }
 
 fn latency_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()> {
     let cols = panels.len().min(3);
     let rows = panels.len().div_ceil(cols);
+    let split: Vec<Vec<ProbeRtts>> = panels.iter().map(|r| probe_rtts(r)).collect();
+    let kinds: Vec<&str> = ProbeKind::ALL
+        .into_iter()
+        .filter(|k| split.iter().flatten().any(|p| p.kind == *k))
+        .map(ProbeKind::as_str)
+        .collect();
     let root =
-        BitMapBackend::new(path, (420 * cols as u32, 320 * rows as u32 + 40)).into_drawing_area();
+        BitMapBackend::new(path, (460 * cols as u32, 340 * rows as u32 + 40)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let root = root
         .titled(
-            &format!("{scenario}: ping RTT CDF, idle vs loaded"),
+            &format!(
+                "{scenario}: RTT CDF ({}), idle dashed, loaded solid",
+                kinds.join(", ")
+            ),
             ("sans-serif", 22),
         )
         .map_err(err)?;
-    let split: Vec<(Vec<f64>, Vec<f64>)> = panels.iter().map(|r| idle_loaded(r)).collect();
     // A shared x axis up to the largest 99.9th percentile keeps panels comparable.
     let all: Vec<f64> = split
         .iter()
-        .flat_map(|(i, l)| i.iter().chain(l))
+        .flatten()
+        .flat_map(|p| p.idle.iter().chain(&p.loaded))
         .copied()
         .collect();
     // Log scale: idle RTTs of a millisecond and bloated ones of hundreds share the axis.
     let xmax = super::stats::percentile(&all, 99.9).unwrap_or(1.0).max(0.1) * 1.2;
     let xmin = super::stats::percentile(&all, 0.0).unwrap_or(0.1).max(0.01) * 0.8;
-    for ((area, r), (idle, loaded)) in root
+    for ((area, r), probes) in root
         .split_evenly((rows, cols))
         .iter()
         .zip(panels)
@@ -197,21 +232,31 @@ fn latency_plot(scenario: &str, panels: &[&RunResult], path: &Path) -> Result<()
             .y_desc("fraction")
             .draw()
             .map_err(err)?;
-        for (label, samples, color) in [("idle", idle, BLUE), ("loaded", loaded, RED)] {
-            if samples.is_empty() {
-                continue;
+        for ProbeRtts { kind, idle, loaded } in probes {
+            let color = probe_color(kind);
+            if !idle.is_empty() {
+                let style = color.stroke_width(1);
+                chart
+                    .draw_series(DashedLineSeries::new(cdf(idle), 6, 4, style))
+                    .map_err(err)?
+                    .label(format!("{} idle", kind.as_str()))
+                    .legend(move |(x, y)| {
+                        DashedPathElement::new(vec![(x, y), (x + 20, y)], 6, 4, style)
+                    });
             }
-            chart
-                .draw_series(LineSeries::new(cdf(samples), color.stroke_width(2)))
-                .map_err(err)?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+            if !loaded.is_empty() {
+                let style = color.stroke_width(2);
+                chart
+                    .draw_series(LineSeries::new(cdf(loaded), style))
+                    .map_err(err)?
+                    .label(format!("{} loaded", kind.as_str()))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            }
         }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
+            .label_font(("sans-serif", 13))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
