@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use super::{
     RunResult, load_results, plot,
+    queues::{Levels, QueueSeries, QueueSummary},
     results::ProbeLatency,
     scenario::ProbeKind,
     stats::{self, Spread},
@@ -252,6 +253,69 @@ fn row(
     row
 }
 
+const QUEUE_HEADER: &[&str] = &[
+    "queue",
+    "contender",
+    "runs",
+    "backlog p50/p99/max",
+    "at its rate p50/p99/max",
+];
+
+impl Table {
+    /// The sampled queues while loaded: a row per qdisc and contender, the qdiscs in the order
+    /// of their interfaces (the modem's first), so that the contenders' queues in the modem sit
+    /// together. None when no run sampled any.
+    fn queues(runs: &[&RunResult]) -> Option<Table> {
+        let ok = || runs.iter().filter(|r| r.status == "ok");
+        let mut qdiscs: Vec<&QueueSeries> = Vec::new();
+        for q in ok().flat_map(|r| &r.queues) {
+            if qdiscs.iter().all(|x| x.key() != q.key()) {
+                qdiscs.push(q);
+            }
+        }
+        if qdiscs.is_empty() {
+            return None;
+        }
+        let contenders = by_contender(runs);
+        let mut rows = Vec::new();
+        for q in qdiscs {
+            for (name, reps) in &contenders {
+                let summaries: Vec<&QueueSummary> = reps
+                    .iter()
+                    .filter(|r| r.status == "ok")
+                    .filter_map(|r| r.queues.iter().find(|x| x.key() == q.key()))
+                    .map(|x| &x.loaded)
+                    .collect();
+                if summaries.is_empty() {
+                    continue;
+                }
+                let levels = |f: &dyn Fn(&QueueSummary) -> Option<Levels>, scale: f64, unit| {
+                    let at = |l: &dyn Fn(Levels) -> f64| {
+                        spread(summaries.iter().map(|s| f(s).map(|x| l(x) * scale)))
+                    };
+                    let cells = [at(&|l| l.p50), at(&|l| l.p99), at(&|l| l.max)];
+                    if cells.iter().all(Option::is_none) {
+                        return "-".to_string();
+                    }
+                    let cells: Vec<String> = cells.into_iter().map(|c| cell(c, 1, "")).collect();
+                    format!("{}{unit}", cells.join(" / "))
+                };
+                rows.push(vec![
+                    format!("{} {} {}", q.place, q.kind, q.handle),
+                    name.clone(),
+                    format!("{}/{}", summaries.len(), reps.len()),
+                    levels(&|s| s.bytes, 1.0 / 1024.0, " KB"),
+                    levels(&|s| s.ms, 1.0, " ms"),
+                ]);
+            }
+        }
+        Some(Table {
+            header: QUEUE_HEADER.iter().map(|h| h.to_string()).collect(),
+            rows,
+        })
+    }
+}
+
 fn short(s: &str, n: usize) -> String {
     let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.chars().count() <= n {
@@ -349,6 +413,17 @@ fn scenario_markdown(
     md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
     md.push_str(&markdown_table(&Table::of(&s.runs)));
     md.push('\n');
+    if let Some(t) = Table::queues(&s.runs) {
+        md.push_str(&format!(
+            "Queues while loaded: every qdisc of the emulated modem's interfaces and of the \
+             contender's, sampled every {} ms; its backlog (KB of 1024 bytes), and the time that \
+             takes to drain at the link's or the contender's rate (none for netem, whose backlog \
+             is mostly packets held for their delay).\n\n",
+            first.queue_interval_ms()
+        ));
+        md.push_str(&markdown_table(&t));
+        md.push('\n');
+    }
     if let Some(t) = &plots.throughput {
         md.push_str(&format!(
             "![throughput per host over time]({plot_prefix}{t})\n"
@@ -358,6 +433,9 @@ fn scenario_markdown(
         md.push_str(&format!(
             "![latency CDF idle vs loaded]({plot_prefix}{l})\n"
         ));
+    }
+    if let Some(q) = &plots.queues {
+        md.push_str(&format!("![queues over time]({plot_prefix}{q})\n"));
     }
     let failures: Vec<String> = s
         .runs
@@ -389,6 +467,10 @@ pub fn write_run_report(out: &Path, all: &[RunResult], command: &str) -> Result<
     for s in by_scenario(all) {
         println!("\n== {}", s.name);
         print!("{}", terminal_table(&Table::of(&s.runs)));
+        if let Some(t) = Table::queues(&s.runs) {
+            println!("queues while loaded:");
+            print!("{}", terminal_table(&t));
+        }
         for r in s.runs.iter().filter(|r| !r.message.is_empty()) {
             println!(
                 "  {} (repetition {}): {}",
@@ -678,6 +760,78 @@ mod tests {
                 .get("transfers")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn queue_table_has_a_row_per_qdisc_and_contender() {
+        // A modem token bucket at 100 Mbit/s and the contender's fq without a rate.
+        let queues = |modem: f64, own: f64| {
+            let series = |place: &str, kind: &str, rate: Option<f64>, bytes: f64| {
+                serde_json::json!({
+                    "place": place, "dev": "eth0", "kind": kind, "handle": "1:", "parent": null,
+                    "rate_bps": rate, "samples": [],
+                    "loaded": {
+                        "count": 3,
+                        "bytes": {"p50": bytes, "p99": 2.0 * bytes, "max": 3.0 * bytes},
+                        "packets": {"p50": 1.0, "p99": 2.0, "max": 3.0},
+                        "ms": rate.map(|r| {
+                            let ms = bytes * 8e3 / r;
+                            serde_json::json!({"p50": ms, "p99": 2.0 * ms, "max": 3.0 * ms})
+                        }),
+                    },
+                })
+            };
+            serde_json::from_value::<Vec<QueueSeries>>(serde_json::json!([
+                series("bottleneck-down", "tbf", Some(100e6), modem),
+                series("contender-server", "fq", None, own),
+            ]))
+            .unwrap()
+        };
+        let mut shaper = [
+            run("shaper", "ok", serde_json::json!({})),
+            run("shaper", "ok", serde_json::json!({})),
+        ];
+        shaper[0].queues = queues(0.0, 10240.0);
+        shaper[1].queues = queues(0.0, 30720.0);
+        let mut none = run("none", "ok", serde_json::json!({}));
+        // 1.25 MB: 100 ms at 100 Mbit/s.
+        none.queues = queues(1_250_000.0, 0.0);
+        none.queues.truncate(1);
+        let t = Table::queues(&[&shaper[0], &shaper[1], &none]).unwrap();
+        let rows: Vec<Vec<&str>> = t
+            .rows
+            .iter()
+            .map(|r| r.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec![
+                    "bottleneck-down tbf 1:",
+                    "shaper",
+                    "2/2",
+                    "0.0 ±0.0 / 0.0 ±0.0 / 0.0 ±0.0 KB",
+                    "0.0 ±0.0 / 0.0 ±0.0 / 0.0 ±0.0 ms"
+                ],
+                vec![
+                    "bottleneck-down tbf 1:",
+                    "none",
+                    "1/1",
+                    "1220.7 / 2441.4 / 3662.1 KB",
+                    "100.0 / 200.0 / 300.0 ms"
+                ],
+                // 10 and 30 KB: a mean of 20, a standard deviation of 14.1.
+                vec![
+                    "contender-server fq 1:",
+                    "shaper",
+                    "2/2",
+                    "20.0 ±14.1 / 40.0 ±28.3 / 60.0 ±42.4 KB",
+                    "-"
+                ],
+            ]
+        );
+        let plain = run("none", "ok", serde_json::json!({}));
+        assert!(Table::queues(&[&plain]).is_none());
     }
 
     #[test]
