@@ -600,6 +600,7 @@ mod tests {
     fn plan_has_topology_bottleneck_contender_and_flows() {
         let text = r#"
             duration = "10s"
+            queue_interval = "10ms"
             [topology]
             hosts = ["a"]
             [bottleneck.down]
@@ -647,6 +648,9 @@ mod tests {
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
+        let unsampled = text.replace("queue_interval = \"10ms\"", "");
+        let quiet = scenario::parse(&unsampled, "t", unsampled.as_bytes()).unwrap();
+        assert!(!generate(&quiet, &quiet.contenders[0]).contains("lab_queues"));
         assert!(plan.contains("lab_do ip netns add h-a"));
         assert!(plan.contains("netem limit 1000000 delay 5000us"));
         assert!(

@@ -348,8 +348,9 @@ pub struct Transfers {
 }
 
 const CONGESTION_CONTROLS: &[&str] = &["cubic", "bbr", "reno"];
-/// The queue sampler's period unless the file says.
-const DEFAULT_QUEUE_INTERVAL: f64 = 0.01;
+/// The queue sampler's period unless the file says: off, because sampling costs the VM CPU
+/// time that shows in the last milliseconds of a contender's latency (docs/lab.md, Queues).
+const DEFAULT_QUEUE_INTERVAL: f64 = 0.0;
 /// The largest transfer (lab-probe's limit) and the most transfers at once (a thread each).
 const MAX_TRANSFER_BYTES: u64 = 1 << 30;
 const MAX_CONCURRENCY: u32 = 256;
@@ -979,7 +980,7 @@ mod tests {
         assert_eq!(s.name, "test");
         assert_eq!(s.servers, vec!["server"]);
         assert_eq!(s.duration, 10.0);
-        assert_eq!(s.queue_interval, 0.01);
+        assert_eq!(s.queue_interval, 0.0);
         let queues = |v: &str| {
             parse_str(&GOOD.replace("warmup", &format!("queue_interval = \"{v}\"\nwarmup")))
         };
