@@ -3,14 +3,16 @@
 //!
 //! `lab run` checks every scenario file, writes one plan per (scenario, contender) (see
 //! `plan`), boots one VM that runs them all through `lab/runner.sh`, then turns the raw files
-//! that come back into per-run JSON (`results`), a table, Markdown and PNG plots (`report`,
-//! `plot`). `lab report DIR` regenerates the lab section of docs/benchmarks.md from a run.
+//! that come back into per-run JSON (`results`, with `queues` for the sampled backlogs), a
+//! table, Markdown and PNG plots (`report`, `plot`). `lab report DIR` regenerates the lab
+//! section of docs/benchmarks.md from a run.
 
 mod dscp;
 mod hostload;
 mod nstat;
 mod plan;
 mod plot;
+mod queues;
 mod report;
 mod results;
 pub mod sanity;

@@ -121,28 +121,76 @@ pub fn generate(s: &Scenario, c: &Contender) -> String {
     p.push_str("# the contender\n");
     contender(&mut p, s, c);
     host_settings(&mut p, s);
-    traffic(&mut p, s);
+    traffic(&mut p, s, c);
     p.push_str("# counters\n");
-    if s.down.is_some() {
-        p.push_str("lab_collect bottleneck-down modem m-lan\n");
-    }
-    if s.up.is_some() {
-        p.push_str("lab_collect bottleneck-up modem m-wan\n");
-    }
-    for pl in &c.placements {
-        let (ns, dev) = location(s, &pl.at);
+    for place in places(s, c) {
         line(
             &mut p,
-            &[
-                "lab_collect".into(),
-                format!("contender-{}", pl.at.label()),
-                ns,
-                dev,
-            ],
+            &["lab_collect".into(), place.name, place.ns, place.dev],
         );
     }
     p.push_str("lab_end\n");
     p
+}
+
+/// An interface whose qdiscs the runner reads: the bottleneck's in the modem, and each of the
+/// contender's placements.
+pub struct Place {
+    /// Names its counters (`qdisc-NAME.json`) and its queues in the results.
+    pub name: String,
+    pub ns: String,
+    pub dev: String,
+    /// The rate its queue drains at, when the scenario says (bits/s).
+    pub rate_bps: Option<f64>,
+}
+
+/// The modem's first, then the contender's in the order of its placements.
+pub fn places(s: &Scenario, c: &Contender) -> Vec<Place> {
+    let modem = [
+        ("bottleneck-down", &s.down, "m-lan"),
+        ("bottleneck-up", &s.up, "m-wan"),
+    ]
+    .into_iter()
+    .filter_map(|(name, link, dev)| {
+        link.as_ref().map(|l| Place {
+            name: name.into(),
+            ns: "modem".into(),
+            dev: dev.into(),
+            rate_bps: l.rate_bps,
+        })
+    });
+    let contender = c.placements.iter().map(|pl| {
+        let (ns, dev) = location(s, &pl.at);
+        Place {
+            name: format!("contender-{}", pl.at.label()),
+            ns,
+            dev,
+            // fq's maxrate caps each flow; its queue drains at whatever the flows add up to.
+            rate_bps: pl.rate.as_ref().map(|r| r.1).filter(|_| c.kind != Kind::Fq),
+        }
+    });
+    modem.chain(contender).collect()
+}
+
+/// The namespaces whose queues are worth sampling: the modem's when a direction has a rate
+/// (only its token bucket holds a queue; netem alone delays each packet by itself), and the
+/// contender's unless it installs nothing (`none` leaves a veth's noqueue).
+fn sampled_namespaces(s: &Scenario, c: &Contender) -> BTreeSet<String> {
+    let modem_queues = [&s.down, &s.up]
+        .into_iter()
+        .flatten()
+        .any(|l| l.rate_bps.is_some());
+    places(s, c)
+        .into_iter()
+        .filter(|pl| {
+            if pl.ns == "modem" {
+                modem_queues
+            } else {
+                c.kind != Kind::None
+            }
+        })
+        .map(|pl| pl.ns)
+        .collect()
 }
 
 fn topology(p: &mut String, s: &Scenario) {
@@ -380,7 +428,7 @@ fn host_settings(p: &mut String, s: &Scenario) {
     }
 }
 
-fn traffic(p: &mut String, s: &Scenario) {
+fn traffic(p: &mut String, s: &Scenario, c: &Contender) {
     p.push_str("# iperf3 servers, one per flow\n");
     for (i, f) in s.flows.iter().enumerate() {
         let port = FIRST_PORT + i as u16;
@@ -435,11 +483,22 @@ fn traffic(p: &mut String, s: &Scenario) {
             line(p, &w);
         }
     }
-    p.push_str(
-        "lab_start\n# probes: from time zero (an idle stretch before the flows) to the end\n",
-    );
-    // The runner's idle lead-in plus the duration plus a second of tail.
+    // Probes and queue samplers run from time zero: the runner's idle lead-in, the duration and
+    // a second of tail.
     let probe_secs = (s.duration.ceil() as u64) + 3;
+    p.push_str("lab_start\n");
+    let sampled = sampled_namespaces(s, c);
+    if s.queue_interval > 0.0 && !sampled.is_empty() {
+        p.push_str("# queues: the qdiscs' backlogs where the bottleneck and the contender are\n");
+        let mut w = vec![
+            "lab_queues".to_string(),
+            ((s.queue_interval * 1e6).round() as u64).to_string(),
+            probe_secs.to_string(),
+        ];
+        w.extend(sampled);
+        line(p, &w);
+    }
+    p.push_str("# probes: from time zero (an idle stretch before the flows) to the end\n");
     for pr in &s.probes {
         let addr = server_addr(s, &pr.server, pr.family);
         let mut w = vec![
@@ -541,6 +600,7 @@ mod tests {
     fn plan_has_topology_bottleneck_contender_and_flows() {
         let text = r#"
             duration = "10s"
+            queue_interval = "10ms"
             [topology]
             hosts = ["a"]
             [bottleneck.down]
@@ -588,6 +648,9 @@ mod tests {
         "#;
         let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
         let plan = generate(&s, &s.contenders[0]);
+        let unsampled = text.replace("queue_interval = \"10ms\"", "");
+        let quiet = scenario::parse(&unsampled, "t", unsampled.as_bytes()).unwrap();
+        assert!(!generate(&quiet, &quiet.contenders[0]).contains("lab_queues"));
         assert!(plan.contains("lab_do ip netns add h-a"));
         assert!(plan.contains("netem limit 1000000 delay 5000us"));
         assert!(
@@ -595,7 +658,14 @@ mod tests {
         );
         assert!(plan.contains("lab_shaper s-server eth0 --rate 95mbit --isolation hosts"));
         assert!(plan.contains("lab_flow a.0 h-a 0 10 -c 10.1.1.2 -p 5201 -P 4 -R -C bbr"));
+        assert!(plan.contains("lab_collect bottleneck-down modem m-lan\n"));
         assert!(plan.contains("lab_collect contender-server s-server eth0"));
+        assert!(plan.contains("lab_start\n# queues: the qdiscs' backlogs where the bottleneck and the contender are\nlab_queues 10000 13 modem s-server\n"));
+        let rates: Vec<Option<f64>> = places(&s, &s.contenders[0])
+            .iter()
+            .map(|p| p.rate_bps)
+            .collect();
+        assert_eq!(rates, [Some(100e6), Some(95e6)]);
         assert!(plan.contains("lab_server s-server 5201 a.0 -4"));
         assert!(plan.contains("lab_server s-server 5202 a.1 -6"));
         assert!(plan.contains(

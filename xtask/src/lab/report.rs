@@ -10,8 +10,10 @@ use anyhow::{Context, Result};
 
 use super::{
     RunResult, load_results, plot,
+    queues::{Levels, QueueSeries, QueueSummary},
     results::ProbeLatency,
     scenario::ProbeKind,
+    stats::{self, Spread},
     transfers::{self, Pooled},
 };
 
@@ -53,13 +55,23 @@ fn by_contender<'a>(runs: &[&'a RunResult]) -> Vec<(String, Vec<&'a RunResult>)>
     out
 }
 
-fn mean(xs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let v: Vec<f64> = xs.flatten().collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+/// The repetitions' values that exist, their mean and spread.
+fn spread(xs: impl Iterator<Item = Option<f64>>) -> Option<Spread> {
+    stats::spread(&xs.flatten().collect::<Vec<f64>>())
 }
 
 fn num(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The mean to `digits`, then `±` the sample standard deviation when more than one repetition
+/// measured it (`95.4 ±0.3`), then the unit: one repetition reads as it always did.
+fn cell(x: Option<Spread>, digits: usize, unit: &str) -> String {
+    match x {
+        None => "-".into(),
+        Some(Spread { mean, sd: None }) => format!("{mean:.digits$}{unit}"),
+        Some(Spread { mean, sd: Some(sd) }) => format!("{mean:.digits$} ±{sd:.digits$}{unit}"),
+    }
 }
 
 /// The columns before the request/response probes' (two per kind the scenario has: see
@@ -148,51 +160,54 @@ fn row(
         row.resize(width, String::new());
         return row;
     }
-    let m = |f: &dyn Fn(&RunResult) -> Option<f64>| mean(ok.iter().map(|r| f(r)));
+    // The main columns show how far the repetitions spread; the counters and the contention
+    // columns after them only their mean.
+    let sp = |f: &dyn Fn(&RunResult) -> Option<f64>| spread(ok.iter().map(|r| f(r)));
+    let m = |f: &dyn Fn(&RunResult) -> Option<f64>| sp(f).map(|s| s.mean);
     let direction = |d: &dyn Fn(&RunResult) -> &super::results::DirectionResult| {
         if d(ok[0]).flows == 0 {
             return "-".to_string();
         }
-        let bps = m(&|r| Some(d(r).mean_bps / 1e6));
-        let util = m(&|r| d(r).utilisation.map(|u| u * 100.0));
-        match util {
-            Some(u) => format!("{} ({u:.0}%)", num(bps, 1)),
-            None => num(bps, 1),
+        let bps = cell(sp(&|r| Some(d(r).mean_bps / 1e6)), 1, "");
+        match sp(&|r| d(r).utilisation.map(|u| u * 100.0)) {
+            Some(u) => format!("{bps} ({})", cell(Some(u), 0, "%")),
+            None => bps,
         }
     };
     let hosts: Vec<String> = ok[0]
         .hosts
         .iter()
         .map(|h| {
-            let v = m(&|r| {
+            let v = sp(&|r| {
                 r.hosts
                     .iter()
                     .find(|x| x.name == h.name)
                     .map(|x| x.mean_bps / 1e6)
             });
-            format!("{} {}", h.name, num(v, 1))
+            format!("{} {}", h.name, cell(v, 1, ""))
         })
         .collect();
-    let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+    let ms = |x: Option<Spread>| cell(x, 1, " ms");
     let mut row = vec![
         name,
         runs_cell,
         direction(&|r| &r.download),
         direction(&|r| &r.upload),
         hosts.join(", "),
-        num(m(&|r| r.jain_hosts), 3),
-        num(m(&|r| r.jain_flows), 3),
-        ms(m(&|r| r.latency.ping_idle.p50)),
+        cell(sp(&|r| r.jain_hosts), 3, ""),
+        cell(sp(&|r| r.jain_flows), 3, ""),
+        ms(sp(&|r| r.latency.ping_idle.p50)),
         format!(
             "{} / {}",
-            ms(m(&|r| r.latency.ping_loaded.p50)),
-            ms(m(&|r| r.latency.ping_loaded.p99))
+            ms(sp(&|r| r.latency.ping_loaded.p50)),
+            ms(sp(&|r| r.latency.ping_loaded.p99))
         ),
-        ms(m(&|r| r.latency.induced_ms)),
+        ms(sp(&|r| r.latency.induced_ms)),
     ];
     for k in kinds {
-        let rr =
-            |f: &dyn Fn(&ProbeLatency) -> Option<f64>| ms(m(&|r| r.latency.rr.get(*k).and_then(f)));
+        let rr = |f: &dyn Fn(&ProbeLatency) -> Option<f64>| {
+            ms(sp(&|r| r.latency.rr.get(*k).and_then(f)))
+        };
         row.extend([
             rr(&|l| l.idle.p50),
             format!("{} / {}", rr(&|l| l.loaded.p50), rr(&|l| l.loaded.p99)),
@@ -224,7 +239,7 @@ fn row(
         ]);
     }
     row.extend([
-        ms(m(&|r| r.latency.tcp_rtt.p50)),
+        m(&|r| r.latency.tcp_rtt.p50).map_or("-".into(), |v| format!("{v:.1} ms")),
         num(m(&|r| Some(r.retransmits as f64)), 0),
         format!(
             "{}/{}",
@@ -236,6 +251,69 @@ fn row(
         m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
     ]);
     row
+}
+
+const QUEUE_HEADER: &[&str] = &[
+    "queue",
+    "contender",
+    "runs",
+    "backlog p50/p99/max",
+    "at its rate p50/p99/max",
+];
+
+impl Table {
+    /// The sampled queues while loaded: a row per qdisc and contender, the qdiscs in the order
+    /// of their interfaces (the modem's first), so that the contenders' queues in the modem sit
+    /// together. None when no run sampled any.
+    fn queues(runs: &[&RunResult]) -> Option<Table> {
+        let ok = || runs.iter().filter(|r| r.status == "ok");
+        let mut qdiscs: Vec<&QueueSeries> = Vec::new();
+        for q in ok().flat_map(|r| &r.queues) {
+            if qdiscs.iter().all(|x| x.key() != q.key()) {
+                qdiscs.push(q);
+            }
+        }
+        if qdiscs.is_empty() {
+            return None;
+        }
+        let contenders = by_contender(runs);
+        let mut rows = Vec::new();
+        for q in qdiscs {
+            for (name, reps) in &contenders {
+                let summaries: Vec<&QueueSummary> = reps
+                    .iter()
+                    .filter(|r| r.status == "ok")
+                    .filter_map(|r| r.queues.iter().find(|x| x.key() == q.key()))
+                    .map(|x| &x.loaded)
+                    .collect();
+                if summaries.is_empty() {
+                    continue;
+                }
+                let levels = |f: &dyn Fn(&QueueSummary) -> Option<Levels>, scale: f64, unit| {
+                    let at = |l: &dyn Fn(Levels) -> f64| {
+                        spread(summaries.iter().map(|s| f(s).map(|x| l(x) * scale)))
+                    };
+                    let cells = [at(&|l| l.p50), at(&|l| l.p99), at(&|l| l.max)];
+                    if cells.iter().all(Option::is_none) {
+                        return "-".to_string();
+                    }
+                    let cells: Vec<String> = cells.into_iter().map(|c| cell(c, 1, "")).collect();
+                    format!("{}{unit}", cells.join(" / "))
+                };
+                rows.push(vec![
+                    format!("{} {} {}", q.place, q.kind, q.handle),
+                    name.clone(),
+                    format!("{}/{}", summaries.len(), reps.len()),
+                    levels(&|s| s.bytes, 1.0 / 1024.0, " KB"),
+                    levels(&|s| s.ms, 1.0, " ms"),
+                ]);
+            }
+        }
+        Some(Table {
+            header: QUEUE_HEADER.iter().map(|h| h.to_string()).collect(),
+            rows,
+        })
+    }
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -325,9 +403,27 @@ fn scenario_markdown(
              side sending their data while they ran (all its connections count).\n\n",
         );
     }
+    if by_contender(&s.runs).iter().any(|(_, reps)| reps.len() > 1) {
+        md.push_str(
+            "Each row is the mean of its successful repetitions (`runs`: successful of all); \
+             `±` is their sample standard deviation, shown where more than one succeeded. \
+             Plots show each contender's first successful repetition.\n\n",
+        );
+    }
     md.push_str(&format!("```sh\n{}\n```\n\n", command.trim()));
     md.push_str(&markdown_table(&Table::of(&s.runs)));
     md.push('\n');
+    if let Some(t) = Table::queues(&s.runs) {
+        md.push_str(&format!(
+            "Queues while loaded: every qdisc of the emulated modem's interfaces and of the \
+             contender's, sampled every {} ms; its backlog (KB of 1024 bytes), and the time that \
+             takes to drain at the link's or the contender's rate (none for netem, whose backlog \
+             is mostly packets held for their delay).\n\n",
+            first.queue_interval_ms()
+        ));
+        md.push_str(&markdown_table(&t));
+        md.push('\n');
+    }
     if let Some(t) = &plots.throughput {
         md.push_str(&format!(
             "![throughput per host over time]({plot_prefix}{t})\n"
@@ -337,6 +433,9 @@ fn scenario_markdown(
         md.push_str(&format!(
             "![latency CDF idle vs loaded]({plot_prefix}{l})\n"
         ));
+    }
+    if let Some(q) = &plots.queues {
+        md.push_str(&format!("![queues over time]({plot_prefix}{q})\n"));
     }
     let failures: Vec<String> = s
         .runs
@@ -368,6 +467,10 @@ pub fn write_run_report(out: &Path, all: &[RunResult], command: &str) -> Result<
     for s in by_scenario(all) {
         println!("\n== {}", s.name);
         print!("{}", terminal_table(&Table::of(&s.runs)));
+        if let Some(t) = Table::queues(&s.runs) {
+            println!("queues while loaded:");
+            print!("{}", terminal_table(&t));
+        }
         for r in s.runs.iter().filter(|r| !r.message.is_empty()) {
             println!(
                 "  {} (repetition {}): {}",
@@ -514,6 +617,100 @@ mod tests {
         assert_eq!(t.header.len(), HEADER_LEAD.len() + HEADER_TAIL.len());
     }
 
+    /// A successful run with traffic: 2 hosts downloading `down` Mbit/s between them (60 %
+    /// for a) of a 100 Mbit/s reference, pings at `ping` ms loaded (p99 one more), udp-rr.
+    fn loaded(down: f64, jain: f64, ping: f64, rep: u32) -> RunResult {
+        let summary = |p50: f64, p99: f64| serde_json::json!({"count": 1, "p50": p50, "p90": p50, "p99": p99, "mean": p50});
+        let rr = serde_json::json!({"udp-rr": {
+            "idle": summary(0.5, 0.5), "loaded": summary(ping - 2.0, ping + 2.25),
+            "induced_ms": ping - 2.5, "lost": 0, "sent": 2, "samples": [],
+        }});
+        let mut r = run("cake", "ok", rr);
+        r.repetition = rep;
+        r.download = serde_json::from_value(serde_json::json!({
+            "flows": 2, "mean_bps": down * 1e6, "reference_bps": 100e6, "utilisation": down / 100.0,
+        }))
+        .unwrap();
+        r.hosts = serde_json::from_value(serde_json::json!([
+            {"name": "a", "mean_bps": down * 0.6e6, "series_bps": []},
+            {"name": "b", "mean_bps": down * 0.4e6, "series_bps": []},
+        ]))
+        .unwrap();
+        r.jain_hosts = Some(jain);
+        r.jain_flows = Some(0.8);
+        r.latency.ping_loaded.p50 = Some(ping);
+        r.latency.ping_loaded.p99 = Some(ping + 1.0);
+        r.latency.induced_ms = Some(ping - 0.4);
+        r
+    }
+
+    #[test]
+    fn one_repetition_reads_as_before() {
+        let t = Table::of(&[&loaded(95.44, 0.9234, 5.0, 1)]);
+        // The row as the table printed it before repetitions showed their spread.
+        let before = [
+            "cake",
+            "1/1",
+            "95.4 (95%)",
+            "-",
+            "a 57.3, b 38.2",
+            "0.923",
+            "0.800",
+            "0.4 ms",
+            "5.0 ms / 6.0 ms",
+            "4.6 ms",
+            "0.5 ms",
+            "3.0 ms / 7.2 ms",
+            "6.0 ms",
+            "0",
+            "0/3",
+            "7",
+            "50%",
+            "-",
+        ];
+        assert_eq!(t.rows[0], before);
+    }
+
+    #[test]
+    fn repetitions_show_their_mean_and_spread() {
+        // Sample standard deviations: 90/95/100 -> 5; 0.90/0.95/1.00 -> 0.05; 4/5/9 -> sqrt(7).
+        let reps = [
+            loaded(90.0, 0.90, 4.0, 1),
+            loaded(95.0, 0.95, 5.0, 2),
+            loaded(100.0, 1.0, 9.0, 3),
+        ];
+        let mut failed = run("cake", "failed", serde_json::json!({}));
+        failed.repetition = 4;
+        let runs: Vec<&RunResult> = reps.iter().chain([&failed]).collect();
+        let t = Table::of(&runs);
+        let at = |name: &str| t.rows[0][t.header.iter().position(|h| h == name).unwrap()].clone();
+        assert_eq!(at("runs"), "3/4");
+        assert_eq!(at("down Mbit/s (util)"), "95.0 ±5.0 (95 ±5%)");
+        assert_eq!(at("per host Mbit/s"), "a 57.0 ±3.0, b 38.0 ±2.0");
+        assert_eq!(at("Jain hosts"), "0.950 ±0.050");
+        // The same in every repetition: no spread, but a sample standard deviation of 0.
+        assert_eq!(at("Jain flows"), "0.800 ±0.000");
+        assert_eq!(at("ping loaded p50/p99"), "6.0 ±2.6 ms / 7.0 ±2.6 ms");
+        assert_eq!(at("induced"), "5.6 ±2.6 ms");
+        assert_eq!(at("udp-rr loaded p50/p99"), "4.0 ±2.6 ms / 8.2 ±2.6 ms");
+        // Counters show their mean only.
+        assert_eq!(at("ECN marks"), "7");
+        assert_eq!(at("TCP RTT p50"), "6.0 ms");
+        let md = scenario_markdown(
+            &ScenarioResults {
+                name: "s".into(),
+                runs,
+            },
+            "cargo xtask lab run s.toml",
+            "plots/",
+            &plot::Plots::default(),
+        );
+        assert!(
+            md.contains("the mean of its successful repetitions"),
+            "{md}"
+        );
+    }
+
     #[test]
     fn table_has_transfers_columns_when_a_run_has_transfers() {
         let transfers = |completed: u64, rtos: u64, ms: f64| {
@@ -563,6 +760,78 @@ mod tests {
                 .get("transfers")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn queue_table_has_a_row_per_qdisc_and_contender() {
+        // A modem token bucket at 100 Mbit/s and the contender's fq without a rate.
+        let queues = |modem: f64, own: f64| {
+            let series = |place: &str, kind: &str, rate: Option<f64>, bytes: f64| {
+                serde_json::json!({
+                    "place": place, "dev": "eth0", "kind": kind, "handle": "1:", "parent": null,
+                    "rate_bps": rate, "samples": [],
+                    "loaded": {
+                        "count": 3,
+                        "bytes": {"p50": bytes, "p99": 2.0 * bytes, "max": 3.0 * bytes},
+                        "packets": {"p50": 1.0, "p99": 2.0, "max": 3.0},
+                        "ms": rate.map(|r| {
+                            let ms = bytes * 8e3 / r;
+                            serde_json::json!({"p50": ms, "p99": 2.0 * ms, "max": 3.0 * ms})
+                        }),
+                    },
+                })
+            };
+            serde_json::from_value::<Vec<QueueSeries>>(serde_json::json!([
+                series("bottleneck-down", "tbf", Some(100e6), modem),
+                series("contender-server", "fq", None, own),
+            ]))
+            .unwrap()
+        };
+        let mut shaper = [
+            run("shaper", "ok", serde_json::json!({})),
+            run("shaper", "ok", serde_json::json!({})),
+        ];
+        shaper[0].queues = queues(0.0, 10240.0);
+        shaper[1].queues = queues(0.0, 30720.0);
+        let mut none = run("none", "ok", serde_json::json!({}));
+        // 1.25 MB: 100 ms at 100 Mbit/s.
+        none.queues = queues(1_250_000.0, 0.0);
+        none.queues.truncate(1);
+        let t = Table::queues(&[&shaper[0], &shaper[1], &none]).unwrap();
+        let rows: Vec<Vec<&str>> = t
+            .rows
+            .iter()
+            .map(|r| r.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec![
+                    "bottleneck-down tbf 1:",
+                    "shaper",
+                    "2/2",
+                    "0.0 ±0.0 / 0.0 ±0.0 / 0.0 ±0.0 KB",
+                    "0.0 ±0.0 / 0.0 ±0.0 / 0.0 ±0.0 ms"
+                ],
+                vec![
+                    "bottleneck-down tbf 1:",
+                    "none",
+                    "1/1",
+                    "1220.7 / 2441.4 / 3662.1 KB",
+                    "100.0 / 200.0 / 300.0 ms"
+                ],
+                // 10 and 30 KB: a mean of 20, a standard deviation of 14.1.
+                vec![
+                    "contender-server fq 1:",
+                    "shaper",
+                    "2/2",
+                    "20.0 ±14.1 / 40.0 ±28.3 / 60.0 ±42.4 KB",
+                    "-"
+                ],
+            ]
+        );
+        let plain = run("none", "ok", serde_json::json!({}));
+        assert!(Table::queues(&[&plain]).is_none());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! From one run's raw files (iperf3 JSON, ping -D output, tc and shaper counters, /proc/stat)
-//! to its `RunResult`, the per-run JSON the reports are built from.
+//! From one run's raw files (iperf3 JSON, ping -D output, tc and shaper counters, queue
+//! samples, /proc/stat) to its `RunResult`, the per-run JSON the reports are built from.
 
 use std::{
     collections::BTreeMap,
@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
+    plan,
+    queues::{self, QueueSeries},
     scenario::{Contender, Flow, FlowDirection, ProbeKind, Protocol, Scenario},
     stats::{self, Interval, Summary},
     transfers::{self, TransfersResult},
@@ -60,6 +62,12 @@ pub struct RunResult {
     /// The transfers probes' results, for scenarios that have some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfers: Vec<TransfersResult>,
+    /// How often the queues were sampled (s; 0: not at all), and the backlog of every qdisc
+    /// of the bottleneck and the contender over the run.
+    #[serde(default)]
+    pub queue_interval_s: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<QueueSeries>,
     pub retransmits: u64,
     /// Packets dropped by the bottleneck's qdiscs and by the contender's (its qdiscs and, for
     /// shaper, its own drops).
@@ -74,6 +82,13 @@ pub struct RunResult {
     pub qdisc: BTreeMap<String, Value>,
     /// `shaper stats --json` where shaper ran.
     pub shaper: BTreeMap<String, Value>,
+}
+
+impl RunResult {
+    /// The queue sampler's period as written (10, 12.5).
+    pub fn queue_interval_ms(&self) -> f64 {
+        (self.queue_interval_s * 1e6).round() / 1e3
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -212,6 +227,8 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         jain_flows: None,
         latency: Latency::default(),
         transfers: Vec::new(),
+        queue_interval_s: s.queue_interval,
+        queues: Vec::new(),
         retransmits: 0,
         drops_bottleneck: 0,
         drops_contender: 0,
@@ -280,6 +297,9 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         .iter()
         .map(|t| transfers::analyse(dir, t, zero))
         .collect();
+    r.queues = queues::analyse(dir, &plan::places(s, c.contender), zero, |t| {
+        classify(t, &r.flows, s.warmup, s.duration) == Some(true)
+    });
     cpu(dir, &mut r);
     for entry in std::fs::read_dir(dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -718,6 +738,14 @@ mod tests {
                 "a.2.transfers",
                 "[103.0] transfer 0: 10240 bytes in 20.0 ms\n".into(),
             ),
+            // Queue samples idle (101 s) and loaded (103.5 s); 12.5 kB at 10 Mbit/s is 10 ms.
+            ("queues.t", "101.0\n103.5\n".into()),
+            (
+                "queues-s-server.jsonl",
+                "[{\"kind\":\"cake\",\"handle\":\"8001:\",\"dev\":\"eth0\",\"root\":true,\"backlog\":0,\"qlen\":0}]\n\
+                 [{\"kind\":\"cake\",\"handle\":\"8001:\",\"dev\":\"eth0\",\"root\":true,\"backlog\":12500,\"qlen\":9}]\n"
+                    .into(),
+            ),
             ("cpu.before", "cpu 100 0 100 800 0 0 0 0 0 0".into()),
             ("cpu.after", "cpu 150 0 150 900 0 0 0 0 0 0".into()),
         ];
@@ -760,6 +788,14 @@ mod tests {
         // The qdisc under shaper and shaper itself.
         assert_eq!((r.drops_contender, r.marks_contender), (11, 9));
         assert_eq!(r.shaper.len(), 1);
+        // The contender's queue, sampled on the run's clock, summed up while loaded.
+        let q = &r.queues[0];
+        assert_eq!(
+            (q.place.as_str(), q.kind.as_str()),
+            ("contender-server", "cake")
+        );
+        assert_eq!(q.samples, [(-1.0, 0, 0), (1.5, 12500, 9)]);
+        assert_eq!(q.loaded.ms.map(|l| l.max), Some(10.0));
     }
 
     #[test]

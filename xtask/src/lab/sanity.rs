@@ -66,6 +66,27 @@ fn check(rs: &[RunResult]) -> Vec<String> {
         &|v| (94.7..=96.0).contains(&v),
         "94.7-96.0 (ceiling 95.6)",
     );
+    // Cubic halves its window by 30 % at a drop, so 4 connections with a round trip far
+    // shorter than the buffer keep it between ~70 % and full: the sampler must see the
+    // modem's token bucket hold the 100 ms it was given, and never more than that and a frame.
+    let modem_queue = find(rs, "sanity-modem", "none").and_then(|r| {
+        r.queues
+            .iter()
+            .find(|q| q.place == "bottleneck-down" && q.kind == "tbf" && q.parent.is_none())
+            .and_then(|q| q.loaded.ms)
+    });
+    expect(
+        "the modem's queue while loaded, p99 ms",
+        modem_queue.map(|l| l.p99),
+        &|v| (80.0..=100.2).contains(&v),
+        "80-100.2 (its buffer: 100)",
+    );
+    expect(
+        "the modem's queue while loaded, max ms",
+        modem_queue.map(|l| l.max),
+        &|v| v <= 100.2,
+        "<= 100.2",
+    );
     // The five routed hops each way cost some RTT of their own under emulation (0.5-1 ms);
     // the check is that netem adds what it was told to, over the same path without it. Low
     // deciles, not medians: an emulated CPU fires netem's timers late by a varying fraction of

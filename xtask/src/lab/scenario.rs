@@ -24,6 +24,8 @@ struct File {
     warmup: Option<String>,
     #[serde(default)]
     repetitions: Option<u32>,
+    #[serde(default)]
+    queue_interval: Option<String>,
     topology: TopologyFile,
     #[serde(default)]
     bottleneck: BottleneckFile,
@@ -224,6 +226,8 @@ pub struct Scenario {
     pub duration: f64,
     pub warmup: f64,
     pub repetitions: u32,
+    /// How often the runner samples the queues (s); 0: never.
+    pub queue_interval: f64,
     pub servers: Vec<String>,
     pub hosts: Vec<String>,
     /// The hosts send MTU-sized frames, as onto a physical LAN into a router that does not
@@ -344,6 +348,9 @@ pub struct Transfers {
 }
 
 const CONGESTION_CONTROLS: &[&str] = &["cubic", "bbr", "reno"];
+/// The queue sampler's period unless the file says: off, because sampling costs the VM CPU
+/// time that shows in the last milliseconds of a contender's latency (docs/lab.md, Queues).
+const DEFAULT_QUEUE_INTERVAL: f64 = 0.0;
 /// The largest transfer (lab-probe's limit) and the most transfers at once (a thread each).
 const MAX_TRANSFER_BYTES: u64 = 1 << 30;
 const MAX_CONCURRENCY: u32 = 256;
@@ -424,6 +431,17 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     ensure!(
         (1..=100).contains(&repetitions),
         "repetitions must be between 1 and 100"
+    );
+    let queue_interval = f
+        .queue_interval
+        .as_deref()
+        .map(units::seconds)
+        .transpose()
+        .context("queue_interval")?
+        .unwrap_or(DEFAULT_QUEUE_INTERVAL);
+    ensure!(
+        queue_interval == 0.0 || (0.01..=10.0).contains(&queue_interval),
+        "queue_interval must be between 10ms and 10s, or 0s for none"
     );
 
     let servers = f.topology.servers.unwrap_or_else(|| vec!["server".into()]);
@@ -670,6 +688,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         duration,
         warmup,
         repetitions,
+        queue_interval,
         servers,
         hosts,
         mtu_frames,
@@ -961,6 +980,13 @@ mod tests {
         assert_eq!(s.name, "test");
         assert_eq!(s.servers, vec!["server"]);
         assert_eq!(s.duration, 10.0);
+        assert_eq!(s.queue_interval, 0.0);
+        let queues = |v: &str| {
+            parse_str(&GOOD.replace("warmup", &format!("queue_interval = \"{v}\"\nwarmup")))
+        };
+        assert_eq!(queues("50ms").unwrap().queue_interval, 0.05);
+        assert_eq!(queues("0s").unwrap().queue_interval, 0.0);
+        assert!(format!("{:#}", queues("1ms").unwrap_err()).contains("queue_interval"));
         let down = s.down.as_ref().unwrap();
         assert_eq!(down.buffer_bytes, Some(6_250_000));
         assert_eq!(s.up.as_ref().unwrap().loss_percent, 0.1);

@@ -1,5 +1,6 @@
-//! The statistics every report uses: Jain's fairness index, percentiles, and turning iperf3's
-//! interval byte counts into a throughput series on a fixed 100 ms grid.
+//! The statistics every report uses: Jain's fairness index, percentiles, the spread of
+//! repetitions, and turning iperf3's interval byte counts into a throughput series on a fixed
+//! 100 ms grid.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,27 @@ pub fn summary(samples: &[f64]) -> Summary {
         p99: at(99.0),
         mean: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
     }
+}
+
+/// Several repetitions of one measurement: their mean and, when there are two or more, their
+/// sample standard deviation (n − 1 in the denominator: the repetitions are a sample of what
+/// the set-up would measure, not all of it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub mean: f64,
+    pub sd: Option<f64>,
+}
+
+/// None when there are no values.
+pub fn spread(xs: &[f64]) -> Option<Spread> {
+    if xs.is_empty() {
+        return None;
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let sd = (xs.len() > 1)
+        .then(|| (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt());
+    Some(Spread { mean, sd })
 }
 
 /// Bytes counted over [start, end) seconds.
@@ -140,6 +162,22 @@ mod tests {
         assert!(close(s.p50.unwrap(), 2.5));
         assert!(close(s.mean.unwrap(), 2.5));
         assert_eq!(summary(&[]).p99, None);
+    }
+
+    #[test]
+    fn spread_of_repetitions() {
+        assert_eq!(spread(&[]), None);
+        assert_eq!(
+            spread(&[4.0]),
+            Some(Spread {
+                mean: 4.0,
+                sd: None
+            })
+        );
+        let s = spread(&[2.0, 4.0, 9.0]).unwrap();
+        assert!(close(s.mean, 5.0));
+        // Squares 9 + 1 + 16 over n - 1 = 2.
+        assert!(close(s.sd.unwrap(), 13f64.sqrt()));
     }
 
     #[test]
