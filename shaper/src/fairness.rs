@@ -62,20 +62,31 @@ pub fn flow_level(allocation_bps: f64, unbacklogged_bps: f64, backlogged: f64, a
 
 /// Weights for `triple-isolate`: one per active (source, destination) pair such that every
 /// source host gets an equal share and every destination host gets an equal share, as far as
-/// the pairs that exist allow. Found by alternately scaling rows and columns (Sinkhorn);
-/// with one source this is `dual-dsthost`, with one destination `dual-srchost`. Weights sum to 1.
+/// the pairs that exist allow. Found by alternately scaling rows and columns (Sinkhorn); with
+/// one source this is `dual-dsthost`, with one destination `dual-srchost`. Where both cannot
+/// hold (two sources, one of them talking to three destinations and the other to a fourth),
+/// the side with fewer active hosts is scaled last and so is exactly fair (sources on a tie):
+/// on a router's uplink that is its LAN hosts, on a server its clients, the hosts a user
+/// counts, and a host cannot gain by talking to more peers. Weights sum to 1.
 pub fn triple_isolate_weights(pairs: &[(usize, usize)]) -> Vec<f64> {
     if pairs.is_empty() {
         return Vec::new();
     }
     let sources = pairs.iter().map(|p| p.0).max().unwrap_or(0) + 1;
     let dests = pairs.iter().map(|p| p.1).max().unwrap_or(0) + 1;
-    let n_src = count_distinct(pairs.iter().map(|p| p.0), sources) as f64;
-    let n_dst = count_distinct(pairs.iter().map(|p| p.1), dests) as f64;
+    let n_src = count_distinct(pairs.iter().map(|p| p.0), sources);
+    let n_dst = count_distinct(pairs.iter().map(|p| p.1), dests);
+    let by_source = |w: &mut [f64]| scale(w, pairs, sources, |p| p.0, 1.0 / n_src as f64);
+    let by_dest = |w: &mut [f64]| scale(w, pairs, dests, |p| p.1, 1.0 / n_dst as f64);
     let mut w = vec![1.0 / pairs.len() as f64; pairs.len()];
     for _ in 0..50 {
-        scale(&mut w, pairs, sources, |p| p.0, 1.0 / n_src);
-        scale(&mut w, pairs, dests, |p| p.1, 1.0 / n_dst);
+        if n_src <= n_dst {
+            by_dest(&mut w);
+            by_source(&mut w);
+        } else {
+            by_source(&mut w);
+            by_dest(&mut w);
+        }
     }
     let total: f64 = w.iter().sum();
     w.iter().map(|x| x / total).collect()
@@ -331,5 +342,20 @@ mod tests {
         };
         assert!((dst(0) - dst(2)).abs() < 0.02, "{w:?}");
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn triple_isolate_keeps_the_smaller_side_fair_when_both_cannot_be() {
+        // The CAKE paper's isolation test: c1 uploads to s1, c2 to s2, s3 and s4. Sources and
+        // destinations cannot both be fair; the two sources (the smaller side) are, and c2's
+        // half is split evenly between its destinations.
+        let w = triple_isolate_weights(&[(0, 0), (1, 1), (1, 2), (1, 3)]);
+        assert!(close(w[0], 0.5), "{w:?}");
+        assert!(w[1..].iter().all(|x| close(*x, 1.0 / 6.0)), "{w:?}");
+        // Mirrored (one source to one destination, three sources to another): the two
+        // destinations are the smaller side.
+        let w = triple_isolate_weights(&[(0, 0), (1, 1), (2, 1), (3, 1)]);
+        assert!(close(w[0], 0.5), "{w:?}");
+        assert!(w[1..].iter().all(|x| close(*x, 1.0 / 6.0)), "{w:?}");
     }
 }

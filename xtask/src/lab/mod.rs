@@ -9,6 +9,7 @@
 
 mod dscp;
 mod hostload;
+mod joins;
 mod nstat;
 mod plan;
 mod plot;

@@ -9,10 +9,12 @@ use std::{
 use anyhow::{Context, Result};
 
 use super::{
-    RunResult, load_results, plot,
+    RunResult,
+    joins::{self, Join},
+    load_results, plot,
     queues::{Levels, QueueSeries, QueueSummary},
     results::ProbeLatency,
-    scenario::ProbeKind,
+    scenario::{FlowDirection, ProbeKind},
     stats::{self, Spread},
     transfers::{self, Pooled},
 };
@@ -316,6 +318,79 @@ impl Table {
     }
 }
 
+const JOIN_HEADER: &[&str] = &[
+    "joining host",
+    "contender",
+    "runs",
+    "others",
+    "share Mbit/s",
+    "reached 90% of it after",
+    "steady / share",
+];
+
+impl Table {
+    /// Hosts that joined a loaded link (see `joins`): a row per joining host, direction and
+    /// contender. None when no run had any.
+    fn joins(runs: &[&RunResult]) -> Option<Table> {
+        let ok = || runs.iter().filter(|r| r.status == "ok");
+        let mut keys: Vec<(&str, FlowDirection)> = Vec::new();
+        for j in ok().flat_map(|r| &r.joins) {
+            if !keys.contains(&(j.host.as_str(), j.direction)) {
+                keys.push((&j.host, j.direction));
+            }
+        }
+        if keys.is_empty() {
+            return None;
+        }
+        let mut rows = Vec::new();
+        for (host, direction) in keys {
+            for (name, reps) in by_contender(runs) {
+                let joins: Vec<&Join> = reps
+                    .iter()
+                    .filter(|r| r.status == "ok")
+                    .filter_map(|r| {
+                        r.joins
+                            .iter()
+                            .find(|j| j.host == host && j.direction == direction)
+                    })
+                    .collect();
+                if joins.is_empty() {
+                    continue;
+                }
+                let never = joins.iter().filter(|j| j.reached_s.is_none()).count();
+                let mut reached = cell(
+                    spread(joins.iter().map(|j| j.reached_s.map(|s| s * 1e3))),
+                    0,
+                    " ms",
+                );
+                if never > 0 {
+                    reached = match never == joins.len() {
+                        true => "never".into(),
+                        false => format!("{reached} (never in {never})"),
+                    };
+                }
+                rows.push(vec![
+                    format!("{host} ({})", direction.as_str()),
+                    name.clone(),
+                    format!("{}/{}", joins.len(), reps.len()),
+                    cell(
+                        spread(joins.iter().map(|j| Some(j.hosts as f64 - 1.0))),
+                        0,
+                        "",
+                    ),
+                    cell(spread(joins.iter().map(|j| Some(j.share_bps / 1e6))), 1, ""),
+                    reached,
+                    cell(spread(joins.iter().map(|j| Some(j.steady_ratio))), 2, ""),
+                ]);
+            }
+        }
+        Some(Table {
+            header: JOIN_HEADER.iter().map(|h| h.to_string()).collect(),
+            rows,
+        })
+    }
+}
+
 fn short(s: &str, n: usize) -> String {
     let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.chars().count() <= n {
@@ -424,6 +499,19 @@ fn scenario_markdown(
         md.push_str(&markdown_table(&t));
         md.push('\n');
     }
+    if let Some(t) = Table::joins(&s.runs) {
+        md.push_str(&format!(
+            "Hosts joining a loaded link: a host whose first flow in a direction started while \
+             others had been sending there for a second. Its share is an equal part of what \
+             every host sending there carried together from a second after it started until \
+             the first of them stopped; it reached {:.0} % of that at the end of the first 100 ms \
+             sample counted from its start (so never sooner than the sample holding the start); \
+             `steady / share` is its mean over that window against the share.\n\n",
+            joins::REACHED * 100.0
+        ));
+        md.push_str(&markdown_table(&t));
+        md.push('\n');
+    }
     if let Some(t) = &plots.throughput {
         md.push_str(&format!(
             "![throughput per host over time]({plot_prefix}{t})\n"
@@ -469,6 +557,10 @@ pub fn write_run_report(out: &Path, all: &[RunResult], command: &str) -> Result<
         print!("{}", terminal_table(&Table::of(&s.runs)));
         if let Some(t) = Table::queues(&s.runs) {
             println!("queues while loaded:");
+            print!("{}", terminal_table(&t));
+        }
+        if let Some(t) = Table::joins(&s.runs) {
+            println!("hosts joining a loaded link:");
             print!("{}", terminal_table(&t));
         }
         for r in s.runs.iter().filter(|r| !r.message.is_empty()) {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
+    joins::{self, Join},
     plan,
     queues::{self, QueueSeries},
     scenario::{Contender, Flow, FlowDirection, ProbeKind, Protocol, Scenario},
@@ -62,6 +63,9 @@ pub struct RunResult {
     /// The transfers probes' results, for scenarios that have some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfers: Vec<TransfersResult>,
+    /// Hosts that started while others loaded the link, and how soon they had their share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<Join>,
     /// How often the queues were sampled (s; 0: not at all), and the backlog of every qdisc
     /// of the bottleneck and the contender over the run.
     #[serde(default)]
@@ -227,6 +231,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         jain_flows: None,
         latency: Latency::default(),
         transfers: Vec::new(),
+        joins: Vec::new(),
         queue_interval_s: s.queue_interval,
         queues: Vec::new(),
         retransmits: 0,
@@ -272,6 +277,7 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
             series_bps: series,
         });
     }
+    r.joins = joins::analyse(&r.flows, s.duration);
     r.jain_hosts = stats::jain(&r.hosts.iter().map(|h| h.mean_bps).collect::<Vec<_>>());
     r.jain_flows = stats::jain(&connection_means);
     for (dir_kind, slot) in [

@@ -179,6 +179,16 @@ pub enum FlowDirection {
     Upload,
 }
 
+impl FlowDirection {
+    /// As scenario files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowDirection::Download => "download",
+            FlowDirection::Upload => "upload",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
