@@ -18,21 +18,36 @@
 //! [--concurrency C] [--duration S] [--timeout S] [--seed N] ADDR` runs N short TCP transfers,
 //! each on a new connection, against a server's transfers port, and prints each one's
 //! completion time (see `transfers`): how short flows fare next to bulk ones.
+//!
+//! `lab-probe blast --from ADDR --hosts N [--sockets K] --port P [--ports M] --rate BITS
+//! [--size BYTES] [--duration S] [--weights W,W,...] ADDR` sends UDP from N local addresses
+//! over K x M flows each, and `lab-probe sink --port P [--ports M] [--warmup S] [--duration S]`
+//! counts what arrives per source (see `blast` and `sink`): the scale benchmark's load.
 
+mod blast;
 mod client;
 mod server;
+mod sink;
 mod sizes;
 mod transfers;
 mod wire;
 
-use std::{net::IpAddr, process::ExitCode, time::Duration};
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    process::ExitCode,
+    time::Duration,
+};
 
 const USAGE: &str = "usage: lab-probe server --port PORT [--transfers-port PORT]
        lab-probe client --proto udp|tcp --port PORT [--interval SECONDS] [--duration SECONDS]
                         [--timeout SECONDS] ADDRESS
        lab-probe transfers --port PORT --count N --size BYTES[-BYTES]
                            [--direction download|upload] [--concurrency N]
-                           [--duration SECONDS] [--timeout SECONDS] [--seed N] ADDRESS";
+                           [--duration SECONDS] [--timeout SECONDS] [--seed N] ADDRESS
+       lab-probe blast --from ADDRESS --hosts N [--sockets N] --port PORT [--ports N]
+                       --rate BITS_PER_SECOND [--size BYTES] [--duration SECONDS]
+                       [--weights W,W,...] ADDRESS
+       lab-probe sink --port PORT [--ports N] [--warmup SECONDS] [--duration SECONDS]";
 
 fn main() -> ExitCode {
     match parse(std::env::args().skip(1).collect()).and_then(execute) {
@@ -53,6 +68,8 @@ enum Command {
     },
     Client(client::Config),
     Transfers(transfers::Config),
+    Blast(blast::Config),
+    Sink(sink::Config),
     Help,
 }
 
@@ -68,6 +85,8 @@ fn execute(c: Command) -> Result<(), String> {
             transfers::run(&c);
             Ok(())
         }
+        Command::Blast(c) => blast::run(&c),
+        Command::Sink(c) => sink::run(&c),
         Command::Help => {
             println!("{USAGE}");
             Ok(())
@@ -145,6 +164,77 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
                 timeout,
             }))
         }
+        "blast" => {
+            let first = flags.take("--from").ok_or("--from is required")?;
+            let first: Ipv4Addr = first
+                .parse()
+                .map_err(|_| format!("--from {first}: an IPv4 address"))?;
+            let hosts = flags.count("--hosts", None, 1 << 16)?;
+            let sockets = flags.count("--sockets", Some(1), 1024)?;
+            let port = flags.port()?;
+            let ports = flags.count("--ports", Some(1), 65535)? as u16;
+            if u32::from(port) + u32::from(ports) > 65536 {
+                return Err(format!("--port {port} --ports {ports}: past port 65535"));
+            }
+            let rate = flags.take("--rate").ok_or("--rate is required")?;
+            let rate_bps = rate
+                .parse::<f64>()
+                .ok()
+                .filter(|r| *r >= 1.0 && r.is_finite())
+                .ok_or_else(|| format!("--rate {rate}: bits per second (1000000)"))?;
+            let size = flags.count("--size", Some(1400), 65000)? as usize;
+            let duration = flags.seconds("--duration", 10.0)?;
+            let weights = match flags.take("--weights") {
+                None => vec![1.0],
+                Some(w) => w
+                    .split(',')
+                    .map(|x| x.parse::<f64>().ok().filter(|v| *v > 0.0 && v.is_finite()))
+                    .collect::<Option<Vec<f64>>>()
+                    .ok_or_else(|| format!("--weights {w}: positive numbers, comma-separated"))?,
+            };
+            let target = match flags.address()? {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(a) => return Err(format!("{a}: blast sends IPv4 only")),
+            };
+            Ok(Command::Blast(blast::Config {
+                first,
+                hosts,
+                sockets,
+                port,
+                ports,
+                rate_bps,
+                size,
+                duration,
+                weights,
+                target,
+            }))
+        }
+        "sink" => {
+            let port = flags.port()?;
+            let ports = flags.count("--ports", Some(1), 1024)? as u16;
+            if u32::from(port) + u32::from(ports) > 65536 {
+                return Err(format!("--port {port} --ports {ports}: past port 65535"));
+            }
+            let warmup = match flags.take("--warmup") {
+                None => Duration::ZERO,
+                Some(v) => v
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| format!("--warmup {v}: seconds (0, 5)"))?,
+            };
+            let duration = flags.seconds("--duration", 10.0)?;
+            if warmup >= duration {
+                return Err("--warmup must be shorter than --duration".into());
+            }
+            flags.finish(0)?;
+            Ok(Command::Sink(sink::Config {
+                port,
+                ports,
+                warmup,
+                duration,
+            }))
+        }
         "-h" | "--help" | "help" => Ok(Command::Help),
         other => Err(format!("unknown mode {other:?}\n{USAGE}")),
     }
@@ -199,6 +289,16 @@ impl Flags {
                     .map_err(|_| format!("{name} {v}: a whole number (0, 1000)"))
             })
             .transpose()
+    }
+
+    /// A count from 1 to `max`; `default` when the flag is absent, required if None.
+    fn count(&mut self, name: &str, default: Option<u32>, max: u32) -> Result<u32, String> {
+        match (self.number(name)?, default) {
+            (Some(n @ 1..), _) if n <= u64::from(max) => Ok(n as u32),
+            (Some(n), _) => Err(format!("{name} {n}: 1-{max}")),
+            (None, Some(d)) => Ok(d),
+            (None, None) => Err(format!("{name} is required")),
+        }
     }
 
     /// The one positional word, the server's address; errors on anything left over.
@@ -305,6 +405,61 @@ mod tests {
                 "transfers --port 1 --count 1 --size 9",
                 "unexpected arguments",
             ),
+        ] {
+            let e = parse_str(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn blast_and_sink_command_lines() {
+        let Ok(Command::Blast(c)) = parse_str(
+            "blast --from 10.20.0.1 --hosts 1000 --port 6000 --ports 100 --rate 1.5e9 \
+             --size 8900 --duration 20 --weights 1.1,2 10.9.0.2",
+        ) else {
+            panic!("not a blast command");
+        };
+        assert_eq!((c.hosts, c.sockets, c.port, c.ports), (1000, 1, 6000, 100));
+        assert_eq!((c.rate_bps, c.size), (1.5e9, 8900));
+        assert_eq!(c.weights, vec![1.1, 2.0]);
+        assert_eq!(c.target, Ipv4Addr::new(10, 9, 0, 2));
+        let Ok(Command::Sink(c)) =
+            parse_str("sink --port 6000 --ports 100 --warmup 5 --duration 20")
+        else {
+            panic!("not a sink command");
+        };
+        assert_eq!((c.port, c.ports), (6000, 100));
+        assert_eq!(c.warmup, Duration::from_secs(5));
+        for (bad, why) in [
+            (
+                "blast --hosts 1 --port 1 --rate 1 10.0.0.1",
+                "--from is required",
+            ),
+            (
+                "blast --from 10.0.0.1 --port 1 --rate 1 10.0.0.1",
+                "--hosts is required",
+            ),
+            (
+                "blast --from 10.0.0.1 --hosts 0 --port 1 --rate 1 10.0.0.1",
+                "--hosts 0",
+            ),
+            (
+                "blast --from 10.0.0.1 --hosts 1 --port 65000 --ports 1000 --rate 1 10.0.0.1",
+                "past port",
+            ),
+            (
+                "blast --from 10.0.0.1 --hosts 1 --port 1 --rate fast 10.0.0.1",
+                "--rate fast",
+            ),
+            (
+                "blast --from 10.0.0.1 --hosts 1 --port 1 --rate 1 --weights 1,-1 10.0.0.1",
+                "--weights",
+            ),
+            (
+                "blast --from 10.0.0.1 --hosts 1 --port 1 --rate 1 fd00::1",
+                "IPv4 only",
+            ),
+            ("sink --port 1 --warmup 10 --duration 5", "shorter than"),
         ] {
             let e = parse_str(bad).expect_err(bad);
             assert!(e.contains(why), "{bad}: {e}");

@@ -164,9 +164,24 @@ pub fn schedule(
     };
     // The host's guard: its flows may book ahead of its allocation by the slack (their own
     // queues), no further. It bites only when the flow levels overbook the host. A sparse
-    // packet is charged to the guard but not held by it.
+    // packet is charged to the guard but not held by it, so it skips its host's queue; it does
+    // not skip its host's rate: once the host has booked more than a flow's hard limit ahead
+    // (its flows' queues cannot explain that; its traffic is many sparse flows, a flood of new
+    // ones, and no flow clock holds it), its sparse packets are dropped before they book
+    // anything, and what it sends is held to its allocation.
     let mut guarded = want;
     if host_fp != 0 {
+        let lead_limit = if config.aqm.limit_ns != 0 {
+            config.aqm.limit_ns
+        } else {
+            config.horizon_ns
+        };
+        // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
+        if sparse
+            && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) } > now + lead_limit
+        {
+            return Scheduled::Dropped(DropReason::Overlimit);
+        }
         let tx_host = edt::tx_time_ns(wire, host_fp);
         // SAFETY: as for the flow clock.
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {

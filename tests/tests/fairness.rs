@@ -4,12 +4,12 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{FlowKey, HostRate, Levels, ShaperConfig},
+    datapath::{DropReason, FlowKey, HostRate, Levels, ShaperConfig},
     diffserv::MAX_TINS,
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
-use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext};
+use shaper_tests::{DROP, Harness, PASS, config, packet, skb::SkbContext};
 
 const SECOND: u64 = 1_000_000_000;
 const RATE: u64 = 10_000_000;
@@ -218,4 +218,60 @@ fn a_new_flow_flood_from_one_host_shares_its_overflow_buckets() {
             .iter()
             .any(|(k, _)| k.dst[0] == u32::from_ne_bytes(CLIENT_B))
     );
+}
+
+#[test]
+fn a_host_of_many_sparse_flows_is_held_to_its_allocation() {
+    // Every packet on a flow of its own: each is sparse (its flow's clock is idle) and skips
+    // the host's queue, but not the host's rate: once the host has booked a flow's hard limit
+    // (here, without AQM, the 1 s horizon) ahead of its allocation, its sparse packets drop.
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::DualDstHost as u32,
+        host_mask_v4: u32::MAX,
+        flow_quota: 100_000,
+        ..config(RATE, SECOND)
+    });
+    let tenth = ns_per_byte_fp(RATE / 10);
+    h.datapath
+        .set_host_rate(
+            &host_key(CLIENT_A),
+            &HostRate {
+                flow_ns_per_byte_fp: tenth,
+                host_ns_per_byte_fp: tenth,
+            },
+        )
+        .unwrap();
+    let start = monotonic_now_ns();
+    let mut passed = 0u64;
+    for port in 0..300 {
+        let out = h.run(
+            &packet::tcp4_flow(SERVER, CLIENT_A, 2000 + port, 5201, FRAME),
+            &SkbContext::default(),
+        );
+        match out.verdict {
+            PASS => {
+                passed += 1;
+                assert!(
+                    out.ctx.tstamp() < monotonic_now_ns() + SECOND / 100,
+                    "a sparse packet admitted leaves now"
+                );
+            }
+            DROP => {}
+            v => panic!("verdict {v}"),
+        }
+    }
+    let elapsed = monotonic_now_ns() - start;
+    // The host's allocation over the time the test took, plus the 1 s it may book ahead.
+    let per_frame = tx_time_ns(FRAME as u64, tenth);
+    let allowed = (SECOND + elapsed) / per_frame + 1;
+    assert!(
+        passed <= allowed && passed + 2 >= SECOND / per_frame,
+        "{passed} of 300 sparse packets passed, {allowed} allowed"
+    );
+    assert_eq!(
+        h.view().stats.dropped[DropReason::Overlimit as usize],
+        300 - passed
+    );
+    // Another host is not held by it.
+    assert!(send(&mut h, CLIENT_B, 1) < monotonic_now_ns() + SECOND / 100);
 }

@@ -505,8 +505,8 @@ fn scenario_markdown(
              others had been sending there for a second. Its share is an equal part of what \
              every host sending there carried together from a second after it started until \
              the first of them stopped; it reached {:.0} % of that at the end of the first 100 ms \
-             sample counted from its start (so never sooner than the sample holding the start); \
-             `steady / share` is its mean over that window against the share.\n\n",
+             of its own life (its flows' intervals from their start) in which it received that \
+             much; `steady / share` is its mean over that window against the share.\n\n",
             joins::REACHED * 100.0
         ));
         md.push_str(&markdown_table(&t));

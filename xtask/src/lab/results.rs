@@ -128,6 +128,11 @@ pub struct FlowResult {
     pub lost_packets: Option<u64>,
     pub packets: Option<u64>,
     pub series_bps: Vec<f64>,
+    /// The same per 100 ms of its own life, from its start (iperf3's own intervals, not the
+    /// run's grid): how its first moments went, without a grid sample that it only partly
+    /// covers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_series_bps: Vec<f64>,
     pub error: Option<String>,
 }
 
@@ -285,7 +290,15 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         (FlowDirection::Upload, &mut r.upload),
     ] {
         let flows: Vec<&FlowResult> = r.flows.iter().filter(|f| f.direction == dir_kind).collect();
-        let mean_bps: f64 = flows.iter().map(|f| f.mean_bps).sum();
+        // The mean of what all of them carried together over the window (flows that start or
+        // stop inside it count for the time they ran, not at their own mean).
+        let mut total = vec![0.0; bins];
+        for f in &flows {
+            for (a, b) in total.iter_mut().zip(&f.series_bps) {
+                *a += b;
+            }
+        }
+        let mean_bps = stats::mean_over(&total, BIN, from, to);
         let reference_bps = s.reference_rate(c.contender, dir_kind);
         *slot = DirectionResult {
             flows: flows.len(),
@@ -434,12 +447,28 @@ fn flow(
         });
     let streams = stream_intervals(receiver, started);
     let mut series = vec![0.0; bins];
+    let own_bins = ((f.stop - f.start) / BIN).ceil() as usize;
+    let mut own_series = vec![0.0; own_bins];
     let mut connections_mean_bps = Vec::new();
     // Each connection's mean over the part of its life after warm-up.
     let from = warmup.max(started);
     let to = (started + (f.stop - f.start)).min(bins as f64 * BIN);
     for ivs in streams.values() {
         let ivs: Vec<Interval> = ivs.iter().map(|(iv, _)| *iv).collect();
+        let own: Vec<Interval> = ivs
+            .iter()
+            .map(|iv| Interval {
+                start: iv.start - started,
+                end: iv.end - started,
+                bytes: iv.bytes,
+            })
+            .collect();
+        for (a, b) in own_series
+            .iter_mut()
+            .zip(stats::binned_bps(&own, BIN, own_bins))
+        {
+            *a += b;
+        }
         let s = stats::binned_bps(&ivs, BIN, bins);
         for (a, b) in series.iter_mut().zip(&s) {
             *a += b;
@@ -487,6 +516,7 @@ fn flow(
         lost_packets,
         packets,
         series_bps: series,
+        own_series_bps: own_series,
         error,
     }
 }

@@ -1,0 +1,125 @@
+//! `lab-probe blast`: many hosts sending UDP over many flows at once, for the scale benchmark
+//! (tests/vm/bench-scale.sh): what a host-fair shaper must keep fair with thousands of hosts
+//! and a flood of new flows, which iperf3 (a connection per flow, a process per host) cannot
+//! produce.
+//!
+//! Host `h` is the `h`-th IPv4 address from `--from` (all of them local addresses), and its
+//! flows are its sockets (`--sockets`, each its own source port) times the destination ports
+//! `--port ..= --port + --ports - 1`: its packets cycle through them, destination port first,
+//! so with `--sockets 1` each host has `--ports` flows that all stay active, and with many
+//! sockets and ports every packet for a long time is a flow never seen before. Hosts offer
+//! `--rate` between them in proportion to `--weights` (repeated over the hosts), paced on the
+//! monotonic clock; a host sends its weight's worth of packets in turn, so none is favoured by
+//! its place in the order.
+
+use std::{
+    io,
+    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    time::{Duration, Instant},
+};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub first: Ipv4Addr,
+    pub hosts: u32,
+    pub sockets: u32,
+    pub port: u16,
+    pub ports: u16,
+    /// Offered load of all hosts together, counted as Ethernet frames (bits per second).
+    pub rate_bps: f64,
+    /// UDP payload bytes per packet.
+    pub size: usize,
+    pub duration: Duration,
+    /// Relative offered load per host, repeated over the hosts.
+    pub weights: Vec<f64>,
+    pub target: Ipv4Addr,
+}
+
+/// Ethernet, IPv4 and UDP headers: what a packet of `size` payload costs on the wire as the
+/// shaper counts it.
+const HEADERS: usize = 14 + 20 + 8;
+/// Packets per turn of the heaviest host; the others get their weight's share of it.
+const TURN: f64 = 20.0;
+
+struct Host {
+    sockets: Vec<UdpSocket>,
+    /// Packets per turn (at least one).
+    per_turn: u32,
+    sent: u64,
+}
+
+/// Sends until the duration is over; prints what it sent and the rate it achieved (the
+/// emulated VM may not keep up with what was asked, and the benchmark must know).
+pub fn run(c: &Config) -> Result<(), String> {
+    let heaviest = c.weights.iter().copied().fold(0.0, f64::max);
+    let mut hosts = Vec::with_capacity(c.hosts as usize);
+    for h in 0..c.hosts {
+        let addr = Ipv4Addr::from(u32::from(c.first).wrapping_add(h));
+        // Non-blocking: a socket whose buffer is full (its packets wait in the qdisc) must not
+        // hold up the other hosts; its packet is counted as refused, as an application that
+        // drops on EAGAIN would.
+        let sockets = (0..c.sockets)
+            .map(|_| {
+                let s = UdpSocket::bind((addr, 0))?;
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("binding a socket to {addr} (is it a local address?): {e}"))?;
+        let weight = c.weights[h as usize % c.weights.len()];
+        hosts.push(Host {
+            sockets,
+            per_turn: ((weight / heaviest * TURN).round() as u32).max(1),
+            sent: 0,
+        });
+    }
+    let payload = vec![0x5a_u8; c.size];
+    let pps = c.rate_bps / 8.0 / (c.size + HEADERS) as f64;
+    let start = Instant::now();
+    let (mut sent, mut failed) = (0_u64, 0_u64);
+    let mut turn: Vec<u32> = hosts.iter().map(|h| h.per_turn).collect();
+    let mut next = 0;
+    loop {
+        let elapsed = start.elapsed();
+        if elapsed >= c.duration {
+            break;
+        }
+        let due = (elapsed.as_secs_f64() * pps) as u64;
+        if sent + failed >= due {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        for _ in 0..(due - sent - failed).min(4096) {
+            // The next host with packets left in this turn; a new turn when all are done
+            // (every host has at least one a turn, so this ends).
+            while turn[next] == 0 {
+                next += 1;
+                if next == hosts.len() {
+                    next = 0;
+                    for (t, h) in turn.iter_mut().zip(&hosts) {
+                        *t = h.per_turn;
+                    }
+                }
+            }
+            turn[next] -= 1;
+            let host = &mut hosts[next];
+            let k = host.sent;
+            host.sent += 1;
+            let port = c.port + (k % u64::from(c.ports)) as u16;
+            let socket =
+                &host.sockets[((k / u64::from(c.ports)) % host.sockets.len() as u64) as usize];
+            // A full socket buffer is the emulated VM not keeping up: counted, not fatal.
+            match socket.send_to(&payload, SocketAddrV4::new(c.target, port)) {
+                Ok(_) => sent += 1,
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "blast: sent {sent} packets ({failed} refused by the socket) in {secs:.1} s: {:.0} packets/s, {:.1} Mbit/s of frames",
+        sent as f64 / secs,
+        sent as f64 * (c.size + HEADERS) as f64 * 8.0 / secs / 1e6
+    );
+    Ok(())
+}
