@@ -34,7 +34,9 @@ pub struct AqmParams {
     /// How long the queue may stay above target before the first signal, and the scale of the
     /// signal spacing (ns): the RTT the flows are expected to have.
     pub interval_ns: u64,
-    /// A flow's hard limit (ns of queue): beyond it packets are dropped and BLUE is told.
+    /// A flow's hard limit (ns of queue): beyond it packets are dropped and BLUE is told. Also
+    /// how far ahead of its allocation a host may have booked before its sparse packets are
+    /// dropped (the host guard), so it is set even where the target turns the AQM off.
     pub limit_ns: u64,
     /// Wire bytes of one full-sized frame: a queue of two of them at the flow's pace is not a
     /// standing queue, whatever the target says.

@@ -171,14 +171,10 @@ pub fn schedule(
     // anything, and what it sends is held to its allocation.
     let mut guarded = want;
     if host_fp != 0 {
-        let lead_limit = if config.aqm.limit_ns != 0 {
-            config.aqm.limit_ns
-        } else {
-            config.horizon_ns
-        };
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
         if sparse
-            && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) } > now + lead_limit
+            && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
+                > now + config.aqm.limit_ns
         {
             return Scheduled::Dropped(DropReason::Overlimit);
         }

@@ -126,6 +126,11 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
             horizon_ns,
             64 * 1024,
         ),
+        // The AQM off (no target), its hard limit at the horizon, as the host guard reads it.
+        aqm: shaper_common::aqm::AqmParams {
+            limit_ns: horizon_ns,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
