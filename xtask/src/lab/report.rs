@@ -9,12 +9,10 @@ use std::{
 use anyhow::{Context, Result};
 
 use super::{
-    RunResult,
-    joins::{self, Join},
-    load_results, plot,
-    queues::{Levels, QueueSeries, QueueSummary},
+    RunResult, joins, load_results, plot,
+    queues::{Levels, QueueSummary},
     results::ProbeLatency,
-    scenario::{FlowDirection, ProbeKind},
+    scenario::ProbeKind,
     stats::{self, Spread},
     transfers::{self, Pooled},
 };
@@ -255,6 +253,43 @@ fn row(
     row
 }
 
+/// The groups of a side table (queues, joins): each distinct item among the successful runs,
+/// in the order first seen (by `same`), with the contenders that have it: their name, how many
+/// repetitions they ran, and their successful repetitions' matching items.
+type Group<'a, T> = (&'a T, Vec<(String, usize, Vec<&'a T>)>);
+
+fn groups<'a, T>(
+    runs: &[&'a RunResult],
+    items: impl Fn(&'a RunResult) -> &'a [T],
+    same: impl Fn(&T, &T) -> bool,
+) -> Vec<Group<'a, T>> {
+    let ok = || runs.iter().filter(|r| r.status == "ok");
+    let mut firsts: Vec<&T> = Vec::new();
+    for x in ok().flat_map(|r| items(r)) {
+        if !firsts.iter().any(|f| same(f, x)) {
+            firsts.push(x);
+        }
+    }
+    let contenders = by_contender(runs);
+    firsts
+        .into_iter()
+        .map(|first| {
+            let per_contender = contenders
+                .iter()
+                .filter_map(|(name, reps)| {
+                    let found: Vec<&T> = reps
+                        .iter()
+                        .filter(|r| r.status == "ok")
+                        .filter_map(|r| items(r).iter().find(|x| same(first, x)))
+                        .collect();
+                    (!found.is_empty()).then(|| (name.clone(), reps.len(), found))
+                })
+                .collect();
+            (first, per_contender)
+        })
+        .collect()
+}
+
 const QUEUE_HEADER: &[&str] = &[
     "queue",
     "contender",
@@ -268,29 +303,14 @@ impl Table {
     /// of their interfaces (the modem's first), so that the contenders' queues in the modem sit
     /// together. None when no run sampled any.
     fn queues(runs: &[&RunResult]) -> Option<Table> {
-        let ok = || runs.iter().filter(|r| r.status == "ok");
-        let mut qdiscs: Vec<&QueueSeries> = Vec::new();
-        for q in ok().flat_map(|r| &r.queues) {
-            if qdiscs.iter().all(|x| x.key() != q.key()) {
-                qdiscs.push(q);
-            }
-        }
-        if qdiscs.is_empty() {
+        let groups = groups(runs, |r| &r.queues, |a, b| a.key() == b.key());
+        if groups.is_empty() {
             return None;
         }
-        let contenders = by_contender(runs);
         let mut rows = Vec::new();
-        for q in qdiscs {
-            for (name, reps) in &contenders {
-                let summaries: Vec<&QueueSummary> = reps
-                    .iter()
-                    .filter(|r| r.status == "ok")
-                    .filter_map(|r| r.queues.iter().find(|x| x.key() == q.key()))
-                    .map(|x| &x.loaded)
-                    .collect();
-                if summaries.is_empty() {
-                    continue;
-                }
+        for (q, contenders) in groups {
+            for (name, reps, found) in contenders {
+                let summaries: Vec<&QueueSummary> = found.iter().map(|x| &x.loaded).collect();
                 let levels = |f: &dyn Fn(&QueueSummary) -> Option<Levels>, scale: f64, unit| {
                     let at = |l: &dyn Fn(Levels) -> f64| {
                         spread(summaries.iter().map(|s| f(s).map(|x| l(x) * scale)))
@@ -304,8 +324,8 @@ impl Table {
                 };
                 rows.push(vec![
                     format!("{} {} {}", q.place, q.kind, q.handle),
-                    name.clone(),
-                    format!("{}/{}", summaries.len(), reps.len()),
+                    name,
+                    format!("{}/{}", summaries.len(), reps),
                     levels(&|s| s.bytes, 1.0 / 1024.0, " KB"),
                     levels(&|s| s.ms, 1.0, " ms"),
                 ]);
@@ -332,31 +352,17 @@ impl Table {
     /// Hosts that joined a loaded link (see `joins`): a row per joining host, direction and
     /// contender. None when no run had any.
     fn joins(runs: &[&RunResult]) -> Option<Table> {
-        let ok = || runs.iter().filter(|r| r.status == "ok");
-        let mut keys: Vec<(&str, FlowDirection)> = Vec::new();
-        for j in ok().flat_map(|r| &r.joins) {
-            if !keys.contains(&(j.host.as_str(), j.direction)) {
-                keys.push((&j.host, j.direction));
-            }
-        }
-        if keys.is_empty() {
+        let groups = groups(
+            runs,
+            |r| &r.joins,
+            |a, b| a.host == b.host && a.direction == b.direction,
+        );
+        if groups.is_empty() {
             return None;
         }
         let mut rows = Vec::new();
-        for (host, direction) in keys {
-            for (name, reps) in by_contender(runs) {
-                let joins: Vec<&Join> = reps
-                    .iter()
-                    .filter(|r| r.status == "ok")
-                    .filter_map(|r| {
-                        r.joins
-                            .iter()
-                            .find(|j| j.host == host && j.direction == direction)
-                    })
-                    .collect();
-                if joins.is_empty() {
-                    continue;
-                }
+        for (first, contenders) in groups {
+            for (name, reps, joins) in contenders {
                 let never = joins.iter().filter(|j| j.reached_s.is_none()).count();
                 let mut reached = cell(
                     spread(joins.iter().map(|j| j.reached_s.map(|s| s * 1e3))),
@@ -370,9 +376,9 @@ impl Table {
                     };
                 }
                 rows.push(vec![
-                    format!("{host} ({})", direction.as_str()),
-                    name.clone(),
-                    format!("{}/{}", joins.len(), reps.len()),
+                    format!("{} ({})", first.host, first.direction.as_str()),
+                    name,
+                    format!("{}/{}", joins.len(), reps),
                     cell(
                         spread(joins.iter().map(|j| Some(j.hosts as f64 - 1.0))),
                         0,
@@ -664,6 +670,7 @@ fn parse_blocks(section: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::queues::QueueSeries;
 
     fn run(contender: &str, status: &str, rr: serde_json::Value) -> RunResult {
         let summary = |p50: f64| serde_json::json!({"count": 1, "p50": p50, "p90": p50, "p99": p50, "mean": p50});
