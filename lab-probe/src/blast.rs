@@ -36,8 +36,8 @@ pub struct Config {
 }
 
 /// Ethernet, IPv4 and UDP headers: what a packet of `size` payload costs on the wire as the
-/// shaper counts it.
-const HEADERS: usize = 14 + 20 + 8;
+/// shaper counts it (blast sends IPv4 only; the sink counts frames the same way).
+pub const HEADERS: usize = 14 + 20 + 8;
 /// Packets per turn of the heaviest host; the others get their weight's share of it.
 const TURN: f64 = 20.0;
 

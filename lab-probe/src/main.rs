@@ -171,11 +171,7 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
                 .map_err(|_| format!("--from {first}: an IPv4 address"))?;
             let hosts = flags.count("--hosts", None, 1 << 16)?;
             let sockets = flags.count("--sockets", Some(1), 1024)?;
-            let port = flags.port()?;
-            let ports = flags.count("--ports", Some(1), 65535)? as u16;
-            if u32::from(port) + u32::from(ports) > 65536 {
-                return Err(format!("--port {port} --ports {ports}: past port 65535"));
-            }
+            let (port, ports) = flags.port_range(65535)?;
             let rate = flags.take("--rate").ok_or("--rate is required")?;
             let rate_bps = rate
                 .parse::<f64>()
@@ -210,19 +206,8 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
             }))
         }
         "sink" => {
-            let port = flags.port()?;
-            let ports = flags.count("--ports", Some(1), 1024)? as u16;
-            if u32::from(port) + u32::from(ports) > 65536 {
-                return Err(format!("--port {port} --ports {ports}: past port 65535"));
-            }
-            let warmup = match flags.take("--warmup") {
-                None => Duration::ZERO,
-                Some(v) => v
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                    .ok_or_else(|| format!("--warmup {v}: seconds (0, 5)"))?,
-            };
+            let (port, ports) = flags.port_range(1024)?;
+            let warmup = flags.seconds_from_zero("--warmup")?;
             let duration = flags.seconds("--duration", 10.0)?;
             if warmup >= duration {
                 return Err("--warmup must be shorter than --duration".into());
@@ -248,6 +233,12 @@ fn parse_port(name: &str, v: &str) -> Result<u16, String> {
         Ok(p) if p > 0 => Ok(p),
         _ => Err(format!("{name} {v}: a port is 1-65535")),
     }
+}
+
+fn parse_seconds(v: &str) -> Option<Duration> {
+    v.parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// `--name value` pairs and positional words, in any order.
@@ -312,11 +303,27 @@ impl Flags {
         let Some(v) = self.take(name) else {
             return Ok(Duration::from_secs_f64(default));
         };
-        v.parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        parse_seconds(&v)
             .filter(|d| !d.is_zero())
             .ok_or_else(|| format!("{name} {v}: a positive number of seconds (0.01, 20)"))
+    }
+
+    /// Seconds that may be zero, the default.
+    fn seconds_from_zero(&mut self, name: &str) -> Result<Duration, String> {
+        let Some(v) = self.take(name) else {
+            return Ok(Duration::ZERO);
+        };
+        parse_seconds(&v).ok_or_else(|| format!("{name} {v}: seconds (0, 5)"))
+    }
+
+    /// `--port` and `--ports` (1 to `max`, default 1): a range of ports that ends by 65535.
+    fn port_range(&mut self, max: u32) -> Result<(u16, u16), String> {
+        let port = self.port()?;
+        let ports = self.count("--ports", Some(1), max)? as u16;
+        if u32::from(port) + u32::from(ports) > 65536 {
+            return Err(format!("--port {port} --ports {ports}: past port 65535"));
+        }
+        Ok((port, ports))
     }
 
     /// Errors on flags nobody took and on a count of positional words other than `words`.

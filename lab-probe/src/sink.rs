@@ -23,9 +23,6 @@ pub struct Config {
     pub duration: Duration,
 }
 
-/// Ethernet, IPv4 and UDP headers (blast sends IPv4 only).
-const HEADERS: u64 = 14 + 20 + 8;
-
 /// (packets, frame bytes) per source address.
 type Counts = BTreeMap<Ipv4Addr, (u64, u64)>;
 
@@ -84,7 +81,7 @@ fn receive(s: &UdpSocket, start: &Instant, c: &Config) -> Counts {
         if t >= c.warmup {
             let e = counts.entry(*from.ip()).or_default();
             e.0 += 1;
-            e.1 += n as u64 + HEADERS;
+            e.1 += (n + crate::blast::HEADERS) as u64;
         }
     }
 }
