@@ -104,9 +104,12 @@ ip netns exec "$SRC" shaper stats --iface s0 | head -40
 shaper_stop
 pair_down
 
-awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-	END { exit !(v["jain_hosts"] >= 0.98) }' /tmp/result-fair || fail "Jain over hosts below 0.98"
-awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-	END { exit !(v["min_host_over_share"] >= 0.95) }' /tmp/result-flood ||
+# at_least FILE KEY BOUND: true when the RESULT line in FILE has KEY >= BOUND.
+at_least() {
+	awk -v key="$2" -v bound="$3" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+		END { exit !(v[key] >= bound) }' "$1"
+}
+at_least /tmp/result-fair jain_hosts 0.98 || fail "Jain over hosts below 0.98"
+at_least /tmp/result-flood min_host_over_share 0.95 ||
 	fail "under the flood a host got less than 95 % of its share"
 echo "PASS"
