@@ -137,7 +137,9 @@ pub struct FlowKey {
 pub struct HostState {
     pub bytes: u64,
     pub packets: u64,
-    /// Wire bytes of packets that waited on their flow clock or the calendar (backlogged flows).
+    /// Wire bytes of packets that waited on their flow clock or the calendar (backlogged flows),
+    /// or that were sent over their host's allocation (sparse packets booked while the host's
+    /// guard stood more than its slack ahead).
     pub waited_bytes: u64,
     /// Flow-time: the sum over its packets of how far each moved its flow's clock (transmission
     /// time at the flow's level, plus any push by the calendar). Over an interval, its growth
@@ -146,7 +148,7 @@ pub struct HostState {
     /// every 100 ms counts as much as its 45 frames) and whether the level or the aggregate
     /// held the flow back.
     pub busy_ns: u64,
-    /// The same for packets that waited (on their flow clock or the calendar): backlogged flows.
+    /// The same for the packets counted in `waited_bytes`: backlogged flows.
     pub backlogged_busy_ns: u64,
     /// Epoch of `new_flows` (new-flow quota window).
     pub quota_epoch: u64,
@@ -187,6 +189,16 @@ pub struct HostRate {
     pub flow_ns_per_byte_fp: u64,
     /// ns per wire byte (fixed point) at the host's allocation: its guard clock's pace.
     pub host_ns_per_byte_fp: u64,
+    /// [`host_flags`].
+    pub flags: u64,
+}
+
+/// Flags of a [`HostRate`].
+pub mod host_flags {
+    /// The host used less than its allocation (limited elsewhere, or not measured yet): its
+    /// packets go ahead of the calendar's bookings, which the other hosts made at allocations
+    /// that counted it at what it used, until the next tick measures it again.
+    pub const AHEAD: u64 = 1;
 }
 
 /// Global values of the control loop (array, one entry), written by the control plane.
@@ -396,7 +408,7 @@ const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 80);
     assert!(core::mem::size_of::<FlowState>() == 80);
-    assert!(core::mem::size_of::<HostRate>() == 16);
+    assert!(core::mem::size_of::<HostRate>() == 24);
     assert!(core::mem::size_of::<Levels>() == 16 + 8 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32 + 64 + 24);
     assert!(

@@ -18,7 +18,7 @@ use shaper_common::{
     aqm::{self, Verdict},
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState,
-        Levels, ShaperConfig,
+        Levels, ShaperConfig, host_flags,
     },
     diffserv::MAX_TINS,
     edt,
@@ -66,7 +66,10 @@ pub enum Scheduled {
 
 /// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
 /// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
-/// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`.
+/// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`. `ahead` is another word
+/// of it, zero on entry: it carries whether the host goes ahead of the calendar's bookings from
+/// the host's lookup to the booking (a flag the verifier knows on each path would keep every
+/// later path apart, and the program would no longer verify within its limits).
 #[inline(always)]
 pub fn schedule(
     info: &PacketInfo,
@@ -75,6 +78,7 @@ pub fn schedule(
     now: u64,
     tcp_tstamp: u64,
     rewrite: &mut u32,
+    ahead: &mut u32,
 ) -> Scheduled {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
@@ -88,7 +92,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp) = rates(&host_key, config, info.tin);
+    let (flow_fp, host_fp) = rates(&host_key, config, info.tin, ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -191,7 +195,9 @@ pub fn schedule(
         }
     }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let ahead = sparse || priority_tin(info.tin);
+    // SAFETY: a word of the skb's control block, read back from memory (see above).
+    let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
+    let ahead = sparse || priority_tin(info.tin) || host_ahead;
     let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, ahead);
     let depart = booked.depart_ns;
     if depart > want {
@@ -206,8 +212,15 @@ pub fn schedule(
     let clock_ns = depart + tx_flow - want;
     // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
     // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
-    // would go to the very flows that overbooked.
-    count(host, flow, wire, clock_ns, depart > now);
+    // would go to the very flows that overbooked. A sparse packet is held by neither, but one
+    // booked while its host's guard already stood more than the slack ahead was sent over the
+    // host's allocation: it counts as waited too, or a host of many sparse flows would read as
+    // limited elsewhere, its demand measured as what its guard let through.
+    let over_allocation = sparse
+        && host_fp != 0
+        && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
+            > now + config.calendar_bin_ns * HOST_SLACK_BINS + edt::tx_time_ns(wire, host_fp);
+    count(host, flow, wire, clock_ns, depart > now || over_allocation);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
@@ -277,21 +290,33 @@ pub fn scheduled_ahead(info: &PacketInfo, config: &ShaperConfig, now: u64) -> u3
 
 /// The pace of a host's flows and of its guard (0: none): the control plane's, or for a
 /// newcomer its tin's newcomer level for both (the newcomer is one bottlenecked host more).
+///
+/// Also notes in `ahead` whether the host's packets go ahead of the calendar's bookings: it used
+/// less than its allocation in the last interval (the control plane's `host_flags::AHEAD`), or
+/// it is new and runs at the newcomer level. The hosts already there booked the bins ahead at
+/// allocations that counted it at what it used then; behind those bookings its share would only
+/// exist from the next tick on. Its own clocks still pace it, at its levels, and the wire time
+/// it takes pushes the others' packets, which then count as waited.
 #[inline(always)]
-fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> (u64, u64) {
+fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) -> (u64, u64) {
+    // SAFETY: map value, valid for this run.
     if let Some(r) = unsafe { HOST_RATES.get(host_key) }
         && r.flow_ns_per_byte_fp != 0
     {
+        // SAFETY: a word of the skb's control block (written without a branch).
+        unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
         return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp);
     }
     let newcomer = match LEVELS.get(0) {
         Some(l) => l.new_host_ns_per_byte_fp[tin as usize & (MAX_TINS - 1)],
         None => 0,
     };
-    if newcomer != 0 {
-        (newcomer, newcomer)
-    } else {
-        (config.ns_per_byte_fp, 0)
+    match newcomer {
+        0 => (config.ns_per_byte_fp, 0),
+        newcomer => {
+            unsafe { core::ptr::write_volatile(ahead, 1) };
+            (newcomer, newcomer)
+        }
     }
 }
 

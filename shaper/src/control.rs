@@ -4,12 +4,13 @@
 //! 100 ms is a few RTTs on the paths shaper targets and the order of CoDel's interval: short
 //! enough that a newcomer converges within two ticks, long enough that a tick's byte counts
 //! hold thousands of packets at 10 Mbit/s and up, so the rates it measures are not noise.
+//! Hosts that send fewer packets than that are measured over several ticks (`sampling`).
 
 use std::{collections::HashMap, time::Duration};
 
 use serde::Serialize;
 use shaper_common::{
-    datapath::{FlowKey, HostRate, HostState, Levels},
+    datapath::{FlowKey, HostRate, HostState, Levels, host_flags},
     diffserv::{Diffserv, MAX_TINS, dscp},
     edt,
     isolation::{Isolation, fields},
@@ -19,31 +20,14 @@ use tracing::trace;
 use crate::{
     bpf::{BpfError, Datapath, monotonic_now_ns},
     fairness::{Member, TinUsage, flow_level, tin_capacities, triple_isolate_weights, water_level},
+    sampling::{HostSample, HostWindow},
 };
 
 pub const INTERVAL: Duration = Duration::from_millis(100);
 
-/// Below this many backlogged flows (flow-time per interval) a host is limited elsewhere: a
-/// flow that waited on its clock for a tenth of the interval is a burst, not a bottleneck.
-const BACKLOGGED_MIN: f64 = 0.1;
-
-/// Ticks a host may stay idle before its levels are forgotten (it comes back as a newcomer).
-const FORGET_AFTER_IDLE_TICKS: u32 = 2;
-
-/// What one host did during the last interval.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HostSample {
-    pub rate_bps: f64,
-    /// Rate of the packets that did not wait on their own flow clock.
-    pub unbacklogged_bps: f64,
-    /// Flows kept busy on average (flow-time over the interval; a flow using half its level
-    /// counts one half).
-    pub active_flows: f64,
-    /// The same for flows that were backlogged (waited on their own clock).
-    pub backlogged_flows: f64,
-    /// Relative weight (triple-isolate), 1 otherwise.
-    pub weight: f64,
-}
+/// Ticks a host may stay idle before its levels are forgotten (it comes back as a newcomer),
+/// once it has left the plan (see [`crate::sampling`]).
+const FORGET_AFTER_IDLE_TICKS: usize = 2;
 
 /// The levels for one interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +47,7 @@ pub fn plan(rate_bps: f64, hosts: &[HostSample]) -> Plan {
         .iter()
         .map(|h| Member {
             weight: h.weight,
-            demand_bps: (h.backlogged_flows < BACKLOGGED_MIN).then_some(h.rate_bps),
+            demand_bps: (!h.bottlenecked()).then_some(h.rate_bps),
         })
         .collect();
     let level = water_level(capacity, &members);
@@ -103,11 +87,23 @@ pub struct TickSummary {
     pub new_host_bps: u64,
 }
 
+/// A host in the data path's map, as the control loop follows it.
 struct Seen {
-    counters: HostState,
-    idle_ticks: u32,
+    window: HostWindow,
     /// Factor on the host's flow level (see [`next_boost`]).
     boost: f64,
+    /// Whether its levels are written (until it has been idle long enough to be forgotten).
+    measured: bool,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            window: HostWindow::default(),
+            boost: 1.0,
+            measured: false,
+        }
+    }
 }
 
 /// Largest factor by which a host's flow level may exceed its fair value.
@@ -166,42 +162,34 @@ impl Controller {
         self.last_ns = now;
         self.epoch += 1;
 
+        let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
+        // Hosts the data path evicted: an entry created again starts from zero counters.
+        let evicted: Vec<FlowKey> = self
+            .seen
+            .keys()
+            .filter(|k| !current.contains_key(k))
+            .copied()
+            .collect();
+        for key in evicted {
+            dp.remove_host_rate(&key)?;
+            self.seen.remove(&key);
+        }
         let mut active: Vec<(FlowKey, HostSample)> = Vec::new();
-        for (key, state) in dp.hosts()? {
-            let previous = self.seen.get(&key).map(|s| s.counters);
-            // An entry evicted and created again starts its counters from zero.
-            let prev = previous
-                .filter(|p| p.bytes <= state.bytes)
-                .unwrap_or_default();
-            let bytes = state.bytes - prev.bytes;
-            let seen = self.seen.entry(key).or_insert(Seen {
-                counters: state,
-                idle_ticks: 0,
-                boost: 1.0,
-            });
-            seen.counters = state;
-            if bytes == 0 {
-                seen.idle_ticks += 1;
-                continue;
+        for (key, state) in current {
+            // A host seen for the first time was created during this tick: its counters are
+            // all this tick's.
+            let seen = self.seen.entry(key).or_default();
+            seen.window.record(state, dt_s);
+            if let Some(sample) = seen.window.sample() {
+                active.push((key, sample));
+            } else if seen.measured && seen.window.idle_ticks() >= FORGET_AFTER_IDLE_TICKS {
+                // Forgotten: it comes back at the newcomer level. Its window restarts from its
+                // counters now, so that its return is not read as everything it ever sent.
+                dp.remove_host_rate(&key)?;
+                seen.measured = false;
+                seen.boost = 1.0;
+                seen.window = HostWindow::since(state);
             }
-            seen.idle_ticks = 0;
-            let waited = state.waited_bytes.saturating_sub(prev.waited_bytes);
-            // Flow-time counts at most the flows that sent: a clock pushed far ahead counts
-            // its whole push in the tick it happens.
-            let flows_seen = state.flows_seen.saturating_sub(prev.flows_seen) as f64;
-            let flows = |busy: u64, prev_busy: u64| {
-                (busy.saturating_sub(prev_busy) as f64 / 1e9 / dt_s).min(flows_seen)
-            };
-            active.push((
-                key,
-                HostSample {
-                    rate_bps: bytes as f64 * 8.0 / dt_s,
-                    unbacklogged_bps: bytes.saturating_sub(waited) as f64 * 8.0 / dt_s,
-                    active_flows: flows(state.busy_ns, prev.busy_ns),
-                    backlogged_flows: flows(state.backlogged_busy_ns, prev.backlogged_busy_ns),
-                    weight: 1.0,
-                },
-            ));
         }
         // Tins first (each tin's hosts are levelled within what the tin may use), then hosts,
         // then flows.
@@ -221,7 +209,7 @@ impl Controller {
         for (key, sample) in &active {
             let u = &mut usage[tin_of(key)];
             u.rate_bps += sample.rate_bps;
-            u.bottlenecked |= sample.backlogged_flows >= BACKLOGGED_MIN;
+            u.bottlenecked |= sample.bottlenecked();
             u.active = true;
         }
         let capacities = tin_capacities(self.rate_bps as f64, &usage);
@@ -253,24 +241,11 @@ impl Controller {
                 levels.priority_tins |= 1 << t;
             }
             summary.active_hosts += samples.len();
-            summary.bottlenecked_hosts += samples
-                .iter()
-                .filter(|s| s.backlogged_flows >= BACKLOGGED_MIN)
-                .count();
+            summary.bottlenecked_hosts += samples.iter().filter(|s| s.bottlenecked()).count();
             if t == self.diffserv.tin_of(dscp::CS0) as usize {
                 summary.level_bps = plan.level_bps as u64;
                 summary.new_host_bps = plan.new_host_bps as u64;
             }
-        }
-        let forgotten: Vec<FlowKey> = self
-            .seen
-            .iter()
-            .filter(|(_, s)| s.idle_ticks >= FORGET_AFTER_IDLE_TICKS)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in forgotten {
-            dp.remove_host_rate(&key)?;
-            self.seen.remove(&key);
         }
         dp.set_levels(&levels)?;
         Ok(summary)
@@ -286,11 +261,12 @@ impl Controller {
         for ((key, sample), (allocation_bps, flow_bps)) in group.iter().zip(&plan.hosts) {
             let boost = match self.seen.get_mut(key) {
                 Some(seen) => {
+                    seen.measured = true;
                     seen.boost = next_boost(
                         seen.boost,
                         *allocation_bps,
                         sample.rate_bps,
-                        sample.backlogged_flows >= BACKLOGGED_MIN,
+                        sample.bottlenecked(),
                     );
                     seen.boost
                 }
@@ -309,16 +285,23 @@ impl Controller {
                 boost = format_args!("{boost:.3}"),
                 "host"
             );
+            // Single-level modes have one pseudo-host (per tin) whose allocation is the tin's:
+            // the calendar guards the rate already, and no guard would bound it ahead of the
+            // calendar.
+            let guarded = self.isolation.host_fields() != fields::NONE;
             dp.set_host_rate(
                 key,
                 &HostRate {
                     flow_ns_per_byte_fp: edt::ns_per_byte_fp(flow_bps as u64),
-                    // Single-level modes have one pseudo-host (per tin) whose allocation is
-                    // the tin's: the calendar guards the rate already.
-                    host_ns_per_byte_fp: if self.isolation.host_fields() == fields::NONE {
-                        0
-                    } else {
+                    host_ns_per_byte_fp: if guarded {
                         edt::ns_per_byte_fp(*allocation_bps as u64)
+                    } else {
+                        0
+                    },
+                    flags: if guarded && !sample.bottlenecked() {
+                        host_flags::AHEAD
+                    } else {
+                        0
                     },
                 },
             )?;

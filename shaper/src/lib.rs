@@ -12,4 +12,5 @@ pub mod netlink;
 pub mod probe;
 pub mod qdisc;
 pub mod runtime;
+pub mod sampling;
 pub mod stats;

@@ -4,7 +4,7 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{DropReason, FlowKey, HostRate, Levels, ShaperConfig},
+    datapath::{DropReason, FlowKey, HostRate, Levels, ShaperConfig, host_flags},
     diffserv::MAX_TINS,
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
@@ -18,6 +18,7 @@ const FRAME: usize = 1514;
 const SERVER: [u8; 4] = [10, 0, 0, 1];
 const CLIENT_A: [u8; 4] = [10, 0, 1, 1];
 const CLIENT_B: [u8; 4] = [10, 0, 2, 1];
+const CLIENT_C: [u8; 4] = [10, 0, 3, 1];
 
 fn harness(mode: Isolation) -> Harness {
     Harness::new(ShaperConfig {
@@ -56,6 +57,7 @@ fn flows_mode_interleaves_flows_at_the_flow_level() {
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 2),
                 host_ns_per_byte_fp: 0,
+                flags: 0,
             },
         )
         .unwrap();
@@ -106,6 +108,7 @@ fn dual_dsthost_paces_hosts_and_their_flows() {
                         ns_per_byte_fp(RATE / 20)
                     },
                     host_ns_per_byte_fp: half,
+                    flags: 0,
                 },
             )
             .unwrap();
@@ -155,6 +158,7 @@ fn a_new_host_starts_at_the_newcomer_level() {
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 10),
                 host_ns_per_byte_fp: 0,
+                flags: 0,
             },
         )
         .unwrap();
@@ -174,6 +178,7 @@ fn the_calendar_holds_overbooked_levels_to_the_rate() {
             &HostRate {
                 flow_ns_per_byte_fp: ns_per_byte_fp(RATE),
                 host_ns_per_byte_fp: 0,
+                flags: 0,
             },
         )
         .unwrap();
@@ -238,6 +243,7 @@ fn a_host_of_many_sparse_flows_is_held_to_its_allocation() {
             &HostRate {
                 flow_ns_per_byte_fp: tenth,
                 host_ns_per_byte_fp: tenth,
+                flags: 0,
             },
         )
         .unwrap();
@@ -274,4 +280,132 @@ fn a_host_of_many_sparse_flows_is_held_to_its_allocation() {
     );
     // Another host is not held by it.
     assert!(send(&mut h, CLIENT_B, 1) < monotonic_now_ns() + SECOND / 100);
+}
+
+#[test]
+fn sparse_packets_over_the_host_allocation_count_as_waited() {
+    // A host of many sparse flows is held by its guard, never by a flow clock: unless the
+    // packets it sends over its allocation count as waited, the control plane reads it as
+    // limited elsewhere and never raises its level to its share. Packets within the host's slack
+    // (four calendar bins of guard lead) do not count; a host within its allocation never does.
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::DualDstHost as u32,
+        host_mask_v4: u32::MAX,
+        flow_quota: 100_000,
+        ..config(RATE, SECOND)
+    });
+    let tenth = ns_per_byte_fp(RATE / 10);
+    for client in [CLIENT_A, CLIENT_B] {
+        h.datapath
+            .set_host_rate(
+                &host_key(client),
+                &HostRate {
+                    flow_ns_per_byte_fp: tenth,
+                    host_ns_per_byte_fp: tenth,
+                    flags: 0,
+                },
+            )
+            .unwrap();
+    }
+    let per_frame = tx_time_ns(FRAME as u64, tenth);
+    let slack = config(RATE, SECOND).calendar_bin_ns * 4;
+    // A: 40 frames at once, each on a flow of its own.
+    let start = monotonic_now_ns();
+    for port in 0..40 {
+        send(&mut h, CLIENT_A, 2000 + port);
+    }
+    let elapsed = monotonic_now_ns() - start;
+    // B: 5 frames, each after the guard has carried the one before.
+    for port in 0..5 {
+        std::thread::sleep(std::time::Duration::from_nanos(per_frame + 1_000_000));
+        send(&mut h, CLIENT_B, 3000 + port);
+    }
+    let hosts = h.datapath.hosts().unwrap();
+    let state = |client| {
+        hosts
+            .iter()
+            .find(|(k, _)| *k == host_key(client))
+            .map(|(_, s)| *s)
+            .expect("host state")
+    };
+    let (a, b) = (state(CLIENT_A), state(CLIENT_B));
+    let wire = a.bytes / a.packets;
+    let unwaited = (a.bytes - a.waited_bytes) / wire;
+    // The first packets fill the slack; the guard's lead then shrinks by the time the test took.
+    let fit = slack / per_frame + 1;
+    assert!(
+        unwaited >= fit && unwaited <= fit + elapsed / per_frame + 1,
+        "{unwaited} of 40 packets not counted as waited, {fit} fit in the slack"
+    );
+    assert!(a.backlogged_busy_ns >= (40 - unwaited) * per_frame);
+    assert_eq!((b.packets, b.waited_bytes, b.backlogged_busy_ns), (5, 0, 0));
+}
+
+#[test]
+fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
+    // Host A's flow level overbooks the link twice over (the control plane has not counted the
+    // others yet): the calendar's bins are full for tens of milliseconds ahead. Newcomer B, at
+    // the newcomer level, is paced by its own clock at that level, not pushed behind A's
+    // bookings; so is C, measured as using less than its allocation (flag AHEAD). Once B is
+    // measured as bottlenecked (no flag), it books like any other host.
+    let mut h = harness(Isolation::DualDstHost);
+    h.datapath
+        .set_host_rate(
+            &host_key(CLIENT_A),
+            &HostRate {
+                flow_ns_per_byte_fp: ns_per_byte_fp(2 * RATE),
+                host_ns_per_byte_fp: 0,
+                flags: 0,
+            },
+        )
+        .unwrap();
+    let half = ns_per_byte_fp(RATE / 2);
+    h.datapath
+        .set_levels(&Levels {
+            epoch: 1,
+            priority_tins: 0,
+            new_host_ns_per_byte_fp: [half; MAX_TINS],
+        })
+        .unwrap();
+    h.datapath
+        .set_host_rate(
+            &host_key(CLIENT_C),
+            &HostRate {
+                flow_ns_per_byte_fp: half,
+                host_ns_per_byte_fp: half,
+                flags: host_flags::AHEAD,
+            },
+        )
+        .unwrap();
+    let a: Vec<u64> = (0..60).map(|_| send(&mut h, CLIENT_A, 1)).collect();
+    let a_last = *a.iter().max().unwrap();
+    let spacing = tx_time_ns(FRAME as u64, half);
+    for client in [CLIENT_B, CLIENT_C] {
+        let t: Vec<u64> = (0..3).map(|_| send(&mut h, client, 1)).collect();
+        for w in t.windows(2) {
+            assert!(
+                w[1] - w[0] >= spacing && w[1] - w[0] <= spacing + 1_000_000,
+                "{client:?}: spacing {} ns, its level's {spacing} ns (A booked until {} ms ahead)",
+                w[1] - w[0],
+                a_last.saturating_sub(t[0]) / 1_000_000
+            );
+        }
+    }
+    let before = send(&mut h, CLIENT_B, 1);
+    h.datapath
+        .set_host_rate(
+            &host_key(CLIENT_B),
+            &HostRate {
+                flow_ns_per_byte_fp: half,
+                host_ns_per_byte_fp: half,
+                flags: 0,
+            },
+        )
+        .unwrap();
+    let measured = send(&mut h, CLIENT_B, 1);
+    assert!(
+        measured > before + spacing + 10_000_000,
+        "a bottlenecked host books behind the full bins: {} ms after its previous packet",
+        (measured - before) / 1_000_000
+    );
 }
