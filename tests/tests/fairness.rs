@@ -47,6 +47,41 @@ fn host_key(dst: [u8; 4]) -> FlowKey {
     }
 }
 
+/// The control plane's levels for the host `dst`, written by hand.
+fn set_rate(h: &mut Harness, dst: [u8; 4], flow_fp: u64, host_fp: u64, flags: u64) {
+    h.datapath
+        .set_host_rate(
+            &host_key(dst),
+            &HostRate {
+                flow_ns_per_byte_fp: flow_fp,
+                host_ns_per_byte_fp: host_fp,
+                flags,
+            },
+        )
+        .unwrap();
+}
+
+/// The control plane's newcomer level (every tin), written by hand.
+fn set_newcomer_level(h: &mut Harness, epoch: u64, fp: u64) {
+    h.datapath
+        .set_levels(&Levels {
+            epoch,
+            priority_tins: 0,
+            new_host_ns_per_byte_fp: [fp; MAX_TINS],
+        })
+        .unwrap();
+}
+
+/// Hosts by destination, each new 5-tuple a flow of its own (no quota bucket), 1 s horizon.
+fn sparse_harness() -> Harness {
+    Harness::new(ShaperConfig {
+        isolation: Isolation::DualDstHost as u32,
+        host_mask_v4: u32::MAX,
+        flow_quota: 100_000,
+        ..config(RATE, SECOND)
+    })
+}
+
 #[test]
 fn flows_mode_interleaves_flows_at_the_flow_level() {
     let mut h = harness(Isolation::Flows);
@@ -140,13 +175,7 @@ fn dual_dsthost_paces_hosts_and_their_flows() {
 fn a_new_host_starts_at_the_newcomer_level() {
     let mut h = harness(Isolation::DualDstHost);
     let third = ns_per_byte_fp(RATE / 3);
-    h.datapath
-        .set_levels(&Levels {
-            epoch: 7,
-            priority_tins: 0,
-            new_host_ns_per_byte_fp: [third; MAX_TINS],
-        })
-        .unwrap();
+    set_newcomer_level(&mut h, 7, third);
     let t: Vec<u64> = (0..2).map(|_| send(&mut h, CLIENT_A, 1)).collect();
     let bin = config(RATE, SECOND).calendar_bin_ns;
     let spacing = tx_time_ns(FRAME as u64, third);
@@ -230,23 +259,9 @@ fn a_host_of_many_sparse_flows_is_held_to_its_allocation() {
     // Every packet on a flow of its own: each is sparse (its flow's clock is idle) and skips
     // the host's queue, but not the host's rate: once the host has booked a flow's hard limit
     // (here, without AQM, the 1 s horizon) ahead of its allocation, its sparse packets drop.
-    let mut h = Harness::new(ShaperConfig {
-        isolation: Isolation::DualDstHost as u32,
-        host_mask_v4: u32::MAX,
-        flow_quota: 100_000,
-        ..config(RATE, SECOND)
-    });
+    let mut h = sparse_harness();
     let tenth = ns_per_byte_fp(RATE / 10);
-    h.datapath
-        .set_host_rate(
-            &host_key(CLIENT_A),
-            &HostRate {
-                flow_ns_per_byte_fp: tenth,
-                host_ns_per_byte_fp: tenth,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_rate(&mut h, CLIENT_A, tenth, tenth, 0);
     let start = monotonic_now_ns();
     let mut passed = 0u64;
     for port in 0..300 {
@@ -288,24 +303,10 @@ fn sparse_packets_over_the_host_allocation_count_as_waited() {
     // packets it sends over its allocation count as waited, the control plane reads it as
     // limited elsewhere and never raises its level to its share. Packets within the host's slack
     // (four calendar bins of guard lead) do not count; a host within its allocation never does.
-    let mut h = Harness::new(ShaperConfig {
-        isolation: Isolation::DualDstHost as u32,
-        host_mask_v4: u32::MAX,
-        flow_quota: 100_000,
-        ..config(RATE, SECOND)
-    });
+    let mut h = sparse_harness();
     let tenth = ns_per_byte_fp(RATE / 10);
     for client in [CLIENT_A, CLIENT_B] {
-        h.datapath
-            .set_host_rate(
-                &host_key(client),
-                &HostRate {
-                    flow_ns_per_byte_fp: tenth,
-                    host_ns_per_byte_fp: tenth,
-                    flags: 0,
-                },
-            )
-            .unwrap();
+        set_rate(&mut h, client, tenth, tenth, 0);
     }
     let per_frame = tx_time_ns(FRAME as u64, tenth);
     let slack = config(RATE, SECOND).calendar_bin_ns * 4;
@@ -349,34 +350,10 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
     // bookings; so is C, measured as using less than its allocation (flag AHEAD). Once B is
     // measured as bottlenecked (no flag), it books like any other host.
     let mut h = harness(Isolation::DualDstHost);
-    h.datapath
-        .set_host_rate(
-            &host_key(CLIENT_A),
-            &HostRate {
-                flow_ns_per_byte_fp: ns_per_byte_fp(2 * RATE),
-                host_ns_per_byte_fp: 0,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_rate(&mut h, CLIENT_A, ns_per_byte_fp(2 * RATE), 0, 0);
     let half = ns_per_byte_fp(RATE / 2);
-    h.datapath
-        .set_levels(&Levels {
-            epoch: 1,
-            priority_tins: 0,
-            new_host_ns_per_byte_fp: [half; MAX_TINS],
-        })
-        .unwrap();
-    h.datapath
-        .set_host_rate(
-            &host_key(CLIENT_C),
-            &HostRate {
-                flow_ns_per_byte_fp: half,
-                host_ns_per_byte_fp: half,
-                flags: host_flags::AHEAD,
-            },
-        )
-        .unwrap();
+    set_newcomer_level(&mut h, 1, half);
+    set_rate(&mut h, CLIENT_C, half, half, host_flags::AHEAD);
     let a: Vec<u64> = (0..60).map(|_| send(&mut h, CLIENT_A, 1)).collect();
     let a_last = *a.iter().max().unwrap();
     let spacing = tx_time_ns(FRAME as u64, half);
@@ -392,16 +369,7 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
         }
     }
     let before = send(&mut h, CLIENT_B, 1);
-    h.datapath
-        .set_host_rate(
-            &host_key(CLIENT_B),
-            &HostRate {
-                flow_ns_per_byte_fp: half,
-                host_ns_per_byte_fp: half,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_rate(&mut h, CLIENT_B, half, half, 0);
     let measured = send(&mut h, CLIENT_B, 1);
     assert!(
         measured > before + spacing + 10_000_000,
