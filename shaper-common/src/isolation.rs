@@ -73,16 +73,17 @@ impl Isolation {
         }
     }
 
-    /// Fields of the outer (host) key. Single-level modes have none: all their "flows" share
-    /// one pseudo-host whose level is the whole rate.
+    /// Fields of the outer (host) key. `flowblind` and `flows` have none: all their flows share
+    /// one pseudo-host whose level is the whole rate. `srchost`, `dsthost` and `hosts` are hosts
+    /// of one flow each (as in CAKE, a host's packets share one queue): as hosts they get what
+    /// the control loop gives hosts (an allocation held by a guard clock, the boost that
+    /// recovers a lone TCP flow's lost time), which a pseudo-host's flows do not.
     pub const fn host_fields(self) -> u32 {
         match self {
-            Self::FlowBlind | Self::SrcHost | Self::DstHost | Self::Hosts | Self::Flows => {
-                fields::NONE
-            }
-            Self::DualSrcHost => fields::SRC_HOST,
-            Self::DualDstHost => fields::DST_HOST,
-            Self::TripleIsolate => fields::SRC_HOST | fields::DST_HOST,
+            Self::FlowBlind | Self::Flows => fields::NONE,
+            Self::SrcHost | Self::DualSrcHost => fields::SRC_HOST,
+            Self::DstHost | Self::DualDstHost => fields::DST_HOST,
+            Self::Hosts | Self::TripleIsolate => fields::SRC_HOST | fields::DST_HOST,
         }
     }
 
@@ -139,7 +140,9 @@ mod tests {
     fn dual_modes_nest_flows_in_hosts() {
         assert_eq!(Isolation::DualDstHost.host_fields(), fields::DST_HOST);
         assert_eq!(Isolation::DualDstHost.flow_fields(), fields::FIVE_TUPLE);
-        assert_eq!(Isolation::DstHost.host_fields(), fields::NONE);
+        assert_eq!(Isolation::DstHost.host_fields(), fields::DST_HOST);
+        assert_eq!(Isolation::DstHost.flow_fields(), fields::DST_HOST);
+        assert_eq!(Isolation::Flows.host_fields(), fields::NONE);
         assert_eq!(Isolation::FlowBlind.flow_fields(), fields::NONE);
     }
 
