@@ -412,6 +412,18 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// An optional duration field, `default` when absent; errors name the field as `what`.
+fn optional_seconds(
+    v: Option<&str>,
+    default: f64,
+    what: impl std::fmt::Display + Send + Sync + 'static,
+) -> Result<f64> {
+    Ok(v.map(units::seconds)
+        .transpose()
+        .context(what)?
+        .unwrap_or(default))
+}
+
 fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     let name = f.name.unwrap_or_else(|| default_name.to_string());
     ensure!(
@@ -426,13 +438,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         (1.0..=3600.0).contains(&duration),
         "duration must be between 1s and 1h"
     );
-    let warmup = f
-        .warmup
-        .as_deref()
-        .map(units::seconds)
-        .transpose()
-        .context("warmup")?
-        .unwrap_or(0.0);
+    let warmup = optional_seconds(f.warmup.as_deref(), 0.0, "warmup")?;
     ensure!(
         warmup < duration,
         "warmup must be shorter than the duration"
@@ -442,13 +448,11 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         (1..=100).contains(&repetitions),
         "repetitions must be between 1 and 100"
     );
-    let queue_interval = f
-        .queue_interval
-        .as_deref()
-        .map(units::seconds)
-        .transpose()
-        .context("queue_interval")?
-        .unwrap_or(DEFAULT_QUEUE_INTERVAL);
+    let queue_interval = optional_seconds(
+        f.queue_interval.as_deref(),
+        DEFAULT_QUEUE_INTERVAL,
+        "queue_interval",
+    )?;
     ensure!(
         queue_interval == 0.0 || (0.01..=10.0).contains(&queue_interval),
         "queue_interval must be between 10ms and 10s, or 0s for none"
@@ -667,13 +671,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
              (a {} probe runs for the whole run at its interval)",
             kind.as_str()
         );
-        let interval = p
-            .interval
-            .as_deref()
-            .map(units::seconds)
-            .transpose()
-            .with_context(|| format!("{what}: interval"))?
-            .unwrap_or(0.1);
+        let interval = optional_seconds(p.interval.as_deref(), 0.1, format!("{what}: interval"))?;
         ensure!(
             (0.01..=10.0).contains(&interval),
             "{what}: interval must be between 10ms and 10s"
@@ -722,12 +720,8 @@ fn window(
     duration: f64,
     what: &str,
 ) -> Result<(f64, f64)> {
-    let at = |v: &Option<String>, field: &str, default: f64| -> Result<f64> {
-        Ok(v.as_deref()
-            .map(units::seconds)
-            .transpose()
-            .with_context(|| format!("{what}: {field}"))?
-            .unwrap_or(default))
+    let at = |v: &Option<String>, field: &str, default: f64| {
+        optional_seconds(v.as_deref(), default, format!("{what}: {field}"))
     };
     let (start, stop) = (
         at(start, "start", default_start)?,
@@ -846,12 +840,8 @@ fn link(l: LinkFile, what: &str) -> Result<Link> {
         .map(units::rate_bps)
         .transpose()
         .with_context(|| format!("{what}.rate"))?;
-    let secs = |v: &Option<String>, field: &str| -> Result<f64> {
-        Ok(v.as_deref()
-            .map(units::seconds)
-            .transpose()
-            .with_context(|| format!("{what}.{field}"))?
-            .unwrap_or(0.0))
+    let secs = |v: &Option<String>, field: &str| {
+        optional_seconds(v.as_deref(), 0.0, format!("{what}.{field}"))
     };
     let delay = secs(&l.delay, "delay")?;
     let jitter = secs(&l.jitter, "jitter")?;
