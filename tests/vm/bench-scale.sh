@@ -112,11 +112,15 @@ phase() {
 # hosts that offer less are owed what they offer, not the equal split.
 # flood_mbit is only what reached the sink's ports: the flood's destination ports are spread
 # over 60,000, of which the sink listens on PORTS, so it is not the flooder's share.
+# sent_mbit FILE: the rate a blast reported sending (0 without the file).
+sent_mbit() {
+	[ -f "$1" ] || { echo 0; return; }
+	awk '/^blast: sent/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") print $(i - 1) }' "$1"
+}
+
 judge() {
-	offered=$(awk '/^blast: sent/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") print $(i - 1) }' "/tmp/blast-$1")
-	flooded=0
-	[ -f "/tmp/flood-$1" ] &&
-		flooded=$(awk '/^blast: sent/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") print $(i - 1) }' "/tmp/flood-$1")
+	offered=$(sent_mbit "/tmp/blast-$1")
+	flooded=$(sent_mbit "/tmp/flood-$1")
 	awk -v hosts="$HOSTS" -v secs="$((SECS + 1 - WARMUP))" -v name="$1" -v rate="$RATE" \
 		-v offered="$offered" -v flooded="$flooded" -v weights="1.1,1.3,1.6,2.0" '
 		/^#/ { next }
