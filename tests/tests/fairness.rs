@@ -181,16 +181,7 @@ fn a_new_host_starts_at_the_newcomer_level() {
     let spacing = tx_time_ns(FRAME as u64, third);
     assert!(t[1] - t[0] >= spacing && t[1] - t[0] <= spacing + bin);
     // Once the control plane has written the host's level, that one applies.
-    h.datapath
-        .set_host_rate(
-            &host_key(CLIENT_A),
-            &HostRate {
-                flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 10),
-                host_ns_per_byte_fp: 0,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_rate(&mut h, CLIENT_A, ns_per_byte_fp(RATE / 10), 0, 0);
     let t2 = send(&mut h, CLIENT_A, 1);
     let t3 = send(&mut h, CLIENT_A, 1);
     let spacing = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE / 10));
