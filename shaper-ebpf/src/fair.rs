@@ -17,8 +17,8 @@ use aya_ebpf::{
 use shaper_common::{
     aqm::{self, Verdict},
     datapath::{
-        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
-        host_flags, host_slack_ns,
+        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState,
+        Levels, ShaperConfig, host_flags,
     },
     diffserv::MAX_TINS,
     edt,
@@ -79,7 +79,6 @@ pub fn schedule(
     tcp_tstamp: u64,
     rewrite: &mut u32,
     ahead: &mut u32,
-    slack: &mut u32,
 ) -> Scheduled {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
@@ -94,20 +93,6 @@ pub fn schedule(
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
     let (flow_fp, host_fp) = rates(&host_key, config, info.tin, ahead);
-    // The host guard's slack, kept in the packet's control block until the guard and the
-    // sparse test read it: computed here it is a few compares, carried in a register the
-    // verifier would follow every one of them through the calendar.
-    let room = host_slack_ns(config, flow_fp);
-    unsafe {
-        core::ptr::write_volatile(
-            slack,
-            if room < u32::MAX as u64 {
-                room as u32
-            } else {
-                u32::MAX
-            },
-        )
-    };
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -151,7 +136,6 @@ pub fn schedule(
         let packet = AqmPacket {
             now,
             queue_ns: flow_clock.saturating_sub(now),
-            wire,
             flow_ns_per_byte_fp: flow_fp,
             ect: ecn::capable(info),
         };
@@ -202,7 +186,7 @@ pub fn schedule(
         // SAFETY: as for the flow clock.
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
-                let floor = start.saturating_sub(unsafe { core::ptr::read_volatile(slack) } as u64);
+                let floor = start.saturating_sub(config.calendar_bin_ns * HOST_SLACK_BINS);
                 if floor > guarded && !sparse {
                     guarded = floor;
                 }
@@ -235,9 +219,7 @@ pub fn schedule(
     let over_allocation = sparse
         && host_fp != 0
         && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
-            > now
-                + unsafe { core::ptr::read_volatile(slack) } as u64
-                + edt::tx_time_ns(wire, host_fp);
+            > now + config.calendar_bin_ns * HOST_SLACK_BINS + edt::tx_time_ns(wire, host_fp);
     count(host, flow, wire, clock_ns, depart > now || over_allocation);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
@@ -261,8 +243,6 @@ struct AqmPacket {
     now: u64,
     /// How far its flow's clock stood ahead of now (0: the flow's queue had drained).
     queue_ns: u64,
-    /// Its size on the wire (its frames' size, for the standing floor).
-    wire: u64,
     flow_ns_per_byte_fp: u64,
     ect: bool,
 }
@@ -272,7 +252,6 @@ struct AqmPacket {
 fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) -> Verdict {
     let floor = aqm::standing_floor_ns(
         &config.aqm,
-        packet.wire,
         packet.flow_ns_per_byte_fp,
         config.ns_per_byte_fp,
     );

@@ -117,8 +117,8 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     } else {
         0
     };
-    let [_, rewrite, ahead, slack, _] = &mut skb.cb;
-    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, rewrite, ahead, slack) {
+    let [_, rewrite, ahead, _, _] = &mut skb.cb;
+    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, rewrite, ahead) {
         Scheduled::At {
             depart_ns,
             contended,
