@@ -253,7 +253,8 @@ pub enum PassReason {
     Malformed = 1,
     /// No rate configured yet.
     Unconfigured = 2,
-    /// No host or flow entry could be had (map full beyond what LRU eviction frees).
+    /// No host or flow entry could be had (map full beyond what LRU eviction frees), or a
+    /// program of the data path could not be reached by its tail call.
     NoState = 3,
 }
 
@@ -387,21 +388,27 @@ pub mod map_names {
 
 /// Names of the BPF programs.
 pub mod program_names {
+    /// Attached at egress: classifies each packet and hands it to the ACK filter or the
+    /// scheduler by a tail call.
     pub const EGRESS: &str = "shaper_egress";
+    /// Stamps the departure time; reached by a tail call from the egress program or the ACK
+    /// filter.
+    pub const SCHEDULE: &str = "shaper_schedule";
     /// Sets CE on packets the AQM picked; reached by a tail call from the egress program.
     pub const MARK: &str = "shaper_mark";
-    /// The ACK filter's decision on a pure ACK; tail-called from the egress program, which it
-    /// calls back when the ACK is kept.
+    /// The ACK filter's decision on a pure ACK; tail-called from the egress program, it hands
+    /// the ACKs it keeps to the scheduler.
     pub const ACK_FILTER: &str = "shaper_ack_filter";
     /// Records the data direction for the ACK filter (attached at ingress).
     pub const INGRESS: &str = "shaper_ingress";
+    pub const ALL: [&str; 5] = [EGRESS, SCHEDULE, MARK, ACK_FILTER, INGRESS];
 }
 
 /// Slots of `SHAPER_PROGRAMS`.
 pub mod program_slots {
     pub const MARK: u32 = 0;
     pub const ACK_FILTER: u32 = 1;
-    pub const EGRESS: u32 = 2;
+    pub const SCHEDULE: u32 = 2;
 }
 
 const _: () = {

@@ -3,7 +3,7 @@
 //!
 //! Three pieces: the egress program hands each pure ACK to `shaper_ack_filter` by a tail call
 //! (so the option walk is verified on its own, not multiplied into the scheduling paths); the
-//! filter drops it or calls the egress program back to schedule it; `shaper_ingress` records
+//! filter drops it or hands it to the scheduler; `shaper_ingress` records
 //! how far the data direction of each flow has arrived on the same interface. How many of the
 //! flow's packets are still scheduled comes from its flow state (its last two departures).
 
@@ -26,10 +26,6 @@ static ACKS: LruHashMap<FlowKey, AckState> = LruHashMap::with_max_entries(65_536
 
 #[map(name = "SHAPER_REVERSE")]
 static REVERSE: LruHashMap<FlowKey, ReverseState> = LruHashMap::with_max_entries(65_536, 0);
-
-/// `cb[2]` of a packet the filter has seen and kept (so the egress program, called back,
-/// schedules it instead of handing it over again).
-pub const CHECKED: u32 = 0x4143_4b31;
 
 /// Whether the egress program hands this packet to the filter.
 #[inline(always)]
@@ -64,46 +60,6 @@ fn ack_key(info: &PacketInfo, reversed: bool) -> FlowKey {
         family: if info.l3_proto == ETH_P_IPV6 { 6 } else { 4 },
         _pad: [0; 2],
     }
-}
-
-/// The headers of the ACK the egress program handed over, read at the offsets it left in
-/// `cb[3]` (IP) and `cb[4]` (TCP): two fixed-size reads, no parse (a parse's paths would
-/// multiply with the option walk's, and the verifier would give up).
-#[inline(always)]
-pub fn read_ack(ctx: &TcContext) -> Option<PacketInfo> {
-    // SAFETY: the context is a valid __sk_buff for the whole run.
-    let (l3, l4) = unsafe { ((*ctx.skb.skb).cb[3], (*ctx.skb.skb).cb[4]) };
-    let ip: [u8; 40] = ctx.load(l3 as usize).ok()?;
-    let tcp: [u8; 20] = ctx.load(l4 as usize).ok()?;
-    let word = |b: &[u8; 40], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    let v6 = ip[0] >> 4 == 6;
-    let (l3_proto, src_addr, dst_addr) = if v6 {
-        (
-            ETH_P_IPV6,
-            [word(&ip, 8), word(&ip, 12), word(&ip, 16), word(&ip, 20)],
-            [word(&ip, 24), word(&ip, 28), word(&ip, 32), word(&ip, 36)],
-        )
-    } else {
-        (ETH_P_IP, [word(&ip, 12), 0, 0, 0], [word(&ip, 16), 0, 0, 0])
-    };
-    Some(PacketInfo {
-        l3_proto,
-        src_addr,
-        dst_addr,
-        ip_proto: IPPROTO_TCP,
-        tos: 0,
-        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
-        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
-        tcp_flags: tcp[13],
-        tcp_header_len: (tcp[12] >> 4) * 4,
-        tcp_seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
-        tcp_ack: u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]),
-        tcp_window: u16::from_be_bytes([tcp[14], tcp[15]]),
-        ip_payload_len: 0,
-        l3_offset: l3,
-        tin: 0,
-        l4_offset: l4,
-    })
 }
 
 /// The filter's decision on a pure ACK (in `shaper_ack_filter`). Updates the flow's ACK state

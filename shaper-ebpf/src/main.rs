@@ -36,7 +36,7 @@ use shaper_common::{
 
 use crate::{
     fair::Scheduled,
-    parse::{MAX_HEADER_BYTES, ParseError},
+    parse::{MAX_HEADER_BYTES, PacketInfo, ParseError},
 };
 
 #[map(name = "SHAPER_CONFIG")]
@@ -49,6 +49,16 @@ static STATS: PerCpuArray<DatapathStats> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "SHAPER_PROGRAMS")]
 static PROGRAMS: ProgramArray = ProgramArray::with_max_entries(3, 0);
 
+/// The parsed packet, handed by `shaper_egress` to the programs it tail-calls. A tail call
+/// stays on its CPU and nothing else runs there in between (TC programs run with bottom halves
+/// off), so one slot per CPU is the packet's own. Read back from a map, every field is unknown
+/// to the verifier: the parser's paths (VLAN tags, IPv4 or IPv6, extension headers, TCP or UDP)
+/// end here instead of each being walked again through the scheduler.
+#[map(name = "SHAPER_PACKET")]
+static PACKET: PerCpuArray<PacketInfo> = PerCpuArray::with_max_entries(1, 0);
+
+/// Classifies the packet and hands it on: a pure ACK to the ACK filter, anything else to the
+/// scheduler. What it cannot parse leaves unshaped.
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
     match try_egress(&ctx) {
@@ -89,19 +99,44 @@ fn try_egress(ctx: &TcContext) -> Verdict {
             );
         }
     };
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    info.tin = tin(&info, unsafe { (*ctx.skb.skb).mark }, config);
+    let Some(slot) = PACKET.get_ptr_mut(0) else {
+        return stats::pass(stats, PassReason::NoState);
+    };
+    // SAFETY: per-CPU map value, this packet's until the run ends (see `PACKET`).
+    unsafe { *slot = info };
+    if ackfilter::candidate(&info, config) {
+        unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
+        // The filter could not be called: the ACK is simply kept.
+    }
+    unsafe { PROGRAMS.tail_call(ctx, program_slots::SCHEDULE) };
+    stats::pass(stats, PassReason::NoState)
+}
+
+/// Schedules the packet `shaper_egress` parsed: its departure time, its AQM verdict, its
+/// counters; then hands it to the marker if its header is to be rewritten.
+#[classifier]
+pub fn shaper_schedule(ctx: TcContext) -> i32 {
+    match try_schedule(&ctx) {
+        Verdict::Pass => TC_ACT_UNSPEC,
+        Verdict::Drop => TC_ACT_SHOT as i32,
+    }
+}
+
+#[inline(always)]
+fn try_schedule(ctx: &TcContext) -> Verdict {
+    let Some(stats) = STATS.get_ptr_mut(0) else {
+        return Verdict::Pass;
+    };
+    // SAFETY: per-CPU map value, valid for this run and not shared with other CPUs.
+    let stats = unsafe { &mut *stats };
+    let (Some(config), Some(info)) = (CONFIG.get(0), PACKET.get(0)) else {
+        return stats::pass(stats, PassReason::NoState);
+    };
 
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
-    // A pure ACK goes to the ACK filter first, which calls this program back if it keeps it
-    // (`cb[2]` then says so). If the filter cannot be called the ACK is simply kept.
-    if ackfilter::candidate(&info, config) && skb.cb[2] != ackfilter::CHECKED {
-        skb.cb[2] = ackfilter::CHECKED;
-        // Where the headers are, so that the filter need not parse them again.
-        skb.cb[3] = info.l3_offset;
-        skb.cb[4] = info.l4_offset;
-        unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
-    }
-    skb.cb[2] = 0;
     let wire = edt::wire_bytes(
         skb.wire_len,
         skb.gso_segs,
@@ -109,7 +144,6 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         config.mpu_bytes,
     );
     let now = unsafe { bpf_ktime_get_ns() };
-    info.tin = tin(&info, skb.mark, config);
     // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
     skb.cb[0] = info.l3_offset;
     skb.cb[1] = if config.wash != 0 && info.tos >> 2 != 0 {
@@ -117,8 +151,9 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     } else {
         0
     };
+    skb.cb[2] = 0;
     let [_, rewrite, ahead, _, _] = &mut skb.cb;
-    let depart = match fair::schedule(&info, config, wire, now, skb.tstamp, rewrite, ahead) {
+    let depart = match fair::schedule(info, config, wire, now, skb.tstamp, rewrite, ahead) {
         Scheduled::At {
             depart_ns,
             contended,
@@ -169,8 +204,8 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     Verdict::Pass
 }
 
-/// The ACK filter's decision on a pure ACK handed over by `shaper_egress`: drop it, or call
-/// `shaper_egress` back to schedule it.
+/// The ACK filter's decision on a pure ACK handed over by `shaper_egress`: drop it, or hand it
+/// to the scheduler.
 #[classifier]
 pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
     let Some(stats) = STATS.get_ptr_mut(0) else {
@@ -178,20 +213,15 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
     };
     // SAFETY: per-CPU map value, valid for this run.
     let stats = unsafe { &mut *stats };
-    let Some(config) = CONFIG.get(0) else {
+    let (Some(config), Some(info)) = (CONFIG.get(0), PACKET.get(0)) else {
         return TC_ACT_UNSPEC;
     };
-    // The egress program found (and if needed pulled) these headers just before.
-    let Some(mut info) = ackfilter::read_ack(&ctx) else {
-        return TC_ACT_UNSPEC;
-    };
-    info.tin = tin(&info, unsafe { (*ctx.skb.skb).mark }, config);
     let now = unsafe { bpf_ktime_get_ns() };
-    let ahead = fair::scheduled_ahead(&info, config, now);
-    if ackfilter::filter(&ctx, &info, config, ahead, stats) {
+    let ahead = fair::scheduled_ahead(info, config, now);
+    if ackfilter::filter(&ctx, info, config, ahead, stats) {
         return TC_ACT_SHOT as i32;
     }
-    unsafe { PROGRAMS.tail_call(&ctx, program_slots::EGRESS) };
+    unsafe { PROGRAMS.tail_call(&ctx, program_slots::SCHEDULE) };
     // Not callable: the ACK leaves unshaped, counted.
     match stats::pass(stats, PassReason::NoState) {
         Verdict::Pass | Verdict::Drop => TC_ACT_UNSPEC,
@@ -218,7 +248,7 @@ pub fn shaper_ingress(ctx: TcContext) -> i32 {
 /// The packet's DiffServ tin: from its fwmark when one is configured and set, else from its
 /// DSCP through the mode's table.
 #[inline(always)]
-fn tin(info: &parse::PacketInfo, mark: u32, config: &ShaperConfig) -> u8 {
+fn tin(info: &PacketInfo, mark: u32, config: &ShaperConfig) -> u8 {
     if config.fwmark_mask != 0 {
         let by_mark = (mark & config.fwmark_mask) >> (config.fwmark_shift & 31);
         if by_mark != 0 && by_mark <= config.tins {

@@ -65,6 +65,7 @@ impl Datapath {
         egress_program(&mut ebpf)?.load()?;
         install_tail_calls(&mut ebpf)?;
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
+        log_verifier_cost(&mut ebpf);
         Ok(Self {
             ebpf,
             link: None,
@@ -214,19 +215,16 @@ fn attach_options(mode: AttachMode) -> TcAttachOptions {
     }
 }
 
-/// Loads the programs reached by tail calls and puts them, with the (loaded) egress program
-/// the ACK filter calls back, where the tail calls look for them.
+/// Loads the programs reached by tail calls and puts them where the tail calls look for them.
 fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), BpfError> {
     let mut fds = Vec::new();
     for (slot, name) in [
         (program_slots::MARK, program_names::MARK),
         (program_slots::ACK_FILTER, program_names::ACK_FILTER),
-        (program_slots::EGRESS, program_names::EGRESS),
+        (program_slots::SCHEDULE, program_names::SCHEDULE),
     ] {
         let program = classifier(ebpf, name)?;
-        if program.fd().is_err() {
-            program.load()?;
-        }
+        program.load()?;
         fds.push((slot, program.fd()?.try_clone()?));
     }
     let name = map_names::PROGRAMS;
@@ -236,6 +234,26 @@ fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), BpfError> {
         slots.set(*slot, fd, 0).map_err(map_err(name))?;
     }
     Ok(())
+}
+
+/// The verifier's work per program, in one line: each program must verify within the kernel's
+/// 1M processed instructions, and how much a program costs the verifier changes from one
+/// kernel to the next (the scheduler takes three times as many on 6.12 as on 6.1), so the
+/// margin is worth seeing where shaper runs. The end-to-end tests hold it to a budget.
+fn log_verifier_cost(ebpf: &mut Ebpf) {
+    let counts: Vec<String> = program_names::ALL
+        .iter()
+        .filter_map(|name| {
+            let info = classifier(ebpf, name).ok()?.info().ok()?;
+            Some(format!("{name} {}", info.verified_instruction_count()?))
+        })
+        .collect();
+    if !counts.is_empty() {
+        tracing::info!(
+            "data path verified: {} instructions processed (limit 1000000 each)",
+            counts.join(", ")
+        );
+    }
 }
 
 fn classifier<'a>(

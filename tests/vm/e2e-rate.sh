@@ -27,6 +27,7 @@ measure_pair() {
 	[ "$(qdisc_state s0)" = "$original" ] || fail "could not put the original qdisc back after CAKE"
 
 	shaper_start --iface s0 --rate "${1}mbit"
+	verifier_budget
 	state=$(qdisc_state s0)
 	echo "$state" | grep -Eq "qdisc (fq|mq) 5348: root" || fail "shaper did not install its root qdisc: $state"
 	if ip netns exec "$SRC" shaper run --iface s0 --rate 1gbit 2>/tmp/second.err; then
@@ -45,6 +46,19 @@ measure_pair() {
 	after=$(qdisc_state s0)
 	[ "$after" = "$original" ] || fail "qdisc not restored: before [$original] after [$after]"
 	ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1 && fail "stats still answers after exit"
+}
+
+# verifier_budget: every program verified within half the kernel's limit of 1M processed
+# instructions, so that a change to the data path that brings one near the limit on some kernel
+# fails here rather than as a shaper that does not start.
+VERIFIER_BUDGET=500000
+verifier_budget() {
+	line=$(grep -o 'data path verified: .*' /tmp/shaper.log) || fail "shaper did not report its verifier cost"
+	log "$line"
+	echo "$line" | tr ',' '\n' | awk -v max="$VERIFIER_BUDGET" '
+		{ n = $NF; if ($0 ~ /instructions/) n = $(NF - 5) }
+		n + 0 > max { print "over budget:", $0; bad = 1 }
+		END { exit bad }' || fail "a program is over the verifier budget of $VERIFIER_BUDGET instructions"
 }
 
 # accurate CEILING: shaper within TOLERANCE of the ceiling and of CAKE.
