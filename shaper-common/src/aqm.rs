@@ -17,6 +17,8 @@
 //!
 //! Everything is integer arithmetic that runs in BPF as it runs in the host's unit tests.
 
+use crate::branchless;
+
 /// Q32 fixed point: `u32::MAX` stands for 1.0.
 const ONE_Q32: u64 = 1 << 32;
 
@@ -43,6 +45,10 @@ pub struct AqmParams {
     pub mtu_bytes: u32,
     /// `flags::*`.
     pub flags: u32,
+    /// 5 % of the RTT: the target before it is raised for full frames at low rates. A flow of
+    /// smaller frames (pure ACKs, VoIP) is held to it and to its own frames' times
+    /// ([`standing_floor_ns`]), not to a full frame's that it never sends.
+    pub base_target_ns: u64,
 }
 
 pub mod flags {
@@ -83,6 +89,7 @@ impl AqmParams {
             limit_ns: interval.saturating_mul(4).min(horizon_ns),
             mtu_bytes,
             flags: flags::ECN,
+            base_target_ns: base_target,
         }
     }
 
@@ -268,21 +275,27 @@ impl AqmState {
 }
 
 /// The smallest queue that counts as standing for a flow paced at `flow_ns_per_byte_fp` on a
-/// link at `rate_ns_per_byte_fp`: the target, or two full frames at the flow's own pace, or
-/// four at the link's, whichever is longest (CAKE's rule, with the flow's pace in place of the
-/// rate divided by the bulk flows).
+/// link at `rate_ns_per_byte_fp`, for a packet of `frame_bytes` on the wire: the RTT's target,
+/// or two of the flow's frames at its own pace, or four at the link's, whichever is longest
+/// (CAKE's rule, with the flow's pace in place of the rate divided by the bulk flows).
+///
+/// A frame is the packet's size, at most a full frame (a GSO packet is full frames). CAKE counts
+/// full frames whatever the flow sends; at 1 Mbit/s that lets a flow of 66-byte ACKs queue
+/// 50 ms (four full frames) that are 45 of its ACKs, and the sender hears them that late. Held to
+/// its own frames, a flow of small packets keeps a queue of a few of them. A flow that mixes
+/// sizes is only signalled while the queue stands above the floor of each packet it sends, so
+/// its full frames keep theirs.
 #[inline(always)]
-pub fn standing_floor_ns(p: &AqmParams, flow_ns_per_byte_fp: u64, rate_ns_per_byte_fp: u64) -> u64 {
-    let at_flow = 2 * crate::edt::tx_time_ns(p.mtu_bytes as u64, flow_ns_per_byte_fp);
-    let at_rate = 4 * crate::edt::tx_time_ns(p.mtu_bytes as u64, rate_ns_per_byte_fp);
-    let mut floor = p.target_ns;
-    if at_flow > floor {
-        floor = at_flow;
-    }
-    if at_rate > floor {
-        floor = at_rate;
-    }
-    floor
+pub fn standing_floor_ns(
+    p: &AqmParams,
+    frame_bytes: u64,
+    flow_ns_per_byte_fp: u64,
+    rate_ns_per_byte_fp: u64,
+) -> u64 {
+    let frame = branchless::min(frame_bytes, p.mtu_bytes as u64);
+    let at_flow = 2 * crate::edt::tx_time_ns(frame, flow_ns_per_byte_fp);
+    let at_rate = 4 * crate::edt::tx_time_ns(frame, rate_ns_per_byte_fp);
+    branchless::max(p.base_target_ns, branchless::max(at_flow, at_rate))
 }
 
 /// Parses an RTT as CAKE does: a preset name or a duration.
@@ -312,6 +325,7 @@ mod tests {
             limit_ns: 400 * MS,
             mtu_bytes: 1514,
             flags: flags::ECN,
+            base_target_ns: 5 * MS,
         }
     }
 
@@ -529,14 +543,35 @@ mod tests {
         let rate = ns_per_byte_fp(100_000_000);
         // A flow at 50 Mbit/s: two frames take 0.48 ms, the target wins.
         assert_eq!(
-            standing_floor_ns(&p, ns_per_byte_fp(50_000_000), rate),
+            standing_floor_ns(&p, 1514, ns_per_byte_fp(50_000_000), rate),
             5 * MS
         );
         // A flow at 1 Mbit/s: two frames take 24.2 ms.
         assert_eq!(
-            standing_floor_ns(&p, ns_per_byte_fp(1_000_000), rate),
+            standing_floor_ns(&p, 1514, ns_per_byte_fp(1_000_000), rate),
             24_224_000
         );
+        // A GSO packet counts as full frames.
+        assert_eq!(
+            standing_floor_ns(&p, 64 * 1514, ns_per_byte_fp(1_000_000), rate),
+            24_224_000
+        );
+    }
+
+    #[test]
+    fn floor_counts_a_small_packets_own_frames_not_full_ones() {
+        // 1 Mbit/s, internet: the target is raised to 18.2 ms for full frames.
+        let rate = ns_per_byte_fp(1_000_000);
+        let p = AqmParams::for_rate(DEFAULT_RTT_NS, rate, 1514, 2_000 * MS);
+        // Full frames: four at the link, 48.4 ms (CAKE's floor).
+        assert_eq!(standing_floor_ns(&p, 1514, rate, rate), 48_448_000);
+        // 66-byte ACKs of a flow at an eighth of the link: two of them at its pace, 8.4 ms.
+        assert_eq!(
+            standing_floor_ns(&p, 66, ns_per_byte_fp(125_000), rate),
+            8_448_000
+        );
+        // The same ACKs at the whole link: the RTT's 5 ms target, not the raised one.
+        assert_eq!(standing_floor_ns(&p, 66, rate, rate), 5 * MS);
     }
 
     #[test]

@@ -88,10 +88,37 @@ pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
 pub const FLOW_CREDIT_NS: u64 = 2_000_000;
 
 /// How far ahead of its allocation, in calendar bins, a host may book before its guard clock
-/// holds its packets back: room for its flows' own queues, so that the guard only bites when the
-/// flow levels overbook the host (a new flow, a level not yet lowered), and a sparse flow of a
-/// host within its allocation never waits behind the host's bulk flows.
+/// holds its packets back, at least (see [`host_slack_ns`]).
 pub const HOST_SLACK_BINS: u64 = 4;
+
+/// How far ahead of its allocation a host may book before its guard clock holds its packets
+/// back: room for its flows' own queues, so that the guard only bites when the flow levels
+/// overbook the host (a new flow, a level not yet lowered), and a flow of a host within its
+/// allocation never waits behind the host's other flows.
+///
+/// Those queues are what the AQM lets each flow keep: its standing floor at the host's flow
+/// level. A host whose n flows each hold it has booked n of them ahead at a 1/n of its
+/// allocation: one floor at the flow level, in the host's time. A fixed slack in bins is less
+/// than that at low rates (at 1 Mbit/s eight flows each hold two full frames, 200 ms), and the
+/// host's small-packet flows (ACKs, DNS) waited behind the bulk flows' queues for the
+/// difference. At least [`HOST_SLACK_BINS`] bins; at most the AQM's interval, the time it lets a
+/// standing queue last before it acts (a host of many slow flows would otherwise get seconds).
+#[inline(always)]
+pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
+    let floor = crate::aqm::standing_floor_ns(
+        &config.aqm,
+        config.aqm.mtu_bytes as u64,
+        flow_ns_per_byte_fp,
+        config.ns_per_byte_fp,
+    );
+    let floor = if floor < config.aqm.interval_ns {
+        floor
+    } else {
+        config.aqm.interval_ns
+    };
+    let bins = config.calendar_bin_ns * HOST_SLACK_BINS;
+    if floor > bins { floor } else { bins }
+}
 
 /// The calendar's bin width for a rate, a horizon and the largest packet the device sends (wire
 /// bytes; its GSO limit): at least 1 ms, wide enough that the largest packet fits in half the
@@ -191,6 +218,26 @@ pub struct HostRate {
     pub host_ns_per_byte_fp: u64,
     /// [`host_flags`].
     pub flags: u64,
+    /// How far ahead of its allocation the host may book ([`host_slack_ns`] at its flow level).
+    pub slack_ns: u64,
+}
+
+impl HostRate {
+    /// The levels of a host whose flows run at `flow_ns_per_byte_fp` and whose guard at
+    /// `host_ns_per_byte_fp` (0: no guard), with the guard's slack for that flow level.
+    pub fn new(
+        config: &ShaperConfig,
+        flow_ns_per_byte_fp: u64,
+        host_ns_per_byte_fp: u64,
+        flags: u64,
+    ) -> Self {
+        Self {
+            flow_ns_per_byte_fp,
+            host_ns_per_byte_fp,
+            flags,
+            slack_ns: host_slack_ns(config, flow_ns_per_byte_fp),
+        }
+    }
 }
 
 /// Flags of a [`HostRate`].
@@ -214,6 +261,17 @@ pub struct Levels {
     /// get as one more bottlenecked host of the tin), used until the control plane writes its
     /// [`HostRate`].
     pub new_host_ns_per_byte_fp: [u64; MAX_TINS],
+    /// Per tin, the guard's slack of such a host ([`HostRate::slack_ns`] at that level).
+    pub new_host_slack_ns: [u64; MAX_TINS],
+}
+
+impl Levels {
+    /// Sets tin `tin`'s newcomer level (0: none; a new host's flows then run at the rate,
+    /// unguarded).
+    pub fn set_newcomer(&mut self, config: &ShaperConfig, tin: usize, ns_per_byte_fp: u64) {
+        self.new_host_ns_per_byte_fp[tin] = ns_per_byte_fp;
+        self.new_host_slack_ns[tin] = host_slack_ns(config, ns_per_byte_fp);
+    }
 }
 
 /// Why a packet was dropped by the data path.
@@ -415,9 +473,9 @@ const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 80);
     assert!(core::mem::size_of::<FlowState>() == 80);
-    assert!(core::mem::size_of::<HostRate>() == 24);
-    assert!(core::mem::size_of::<Levels>() == 16 + 8 * MAX_TINS);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 32 + 64 + 24);
+    assert!(core::mem::size_of::<HostRate>() == 32);
+    assert!(core::mem::size_of::<Levels>() == 16 + 16 * MAX_TINS);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 24);
     assert!(
         core::mem::size_of::<DatapathStats>()
             == 8 * (10
@@ -468,6 +526,37 @@ mod tests {
         // The ring always spans the horizon.
         let far = calendar_bin_ns(ns_per_byte_fp(1_000_000_000), 100 * S, 1_514);
         assert!(far * (CALENDAR_BINS as u64 - 2) >= 100 * S);
+    }
+
+    #[test]
+    fn host_slack_holds_its_flows_standing_queues_up_to_an_interval() {
+        use crate::{aqm::AqmParams, edt::ns_per_byte_fp};
+        const MS: u64 = 1_000_000;
+        let config = |rate: u64, largest: u64| {
+            let fp = ns_per_byte_fp(rate);
+            ShaperConfig {
+                ns_per_byte_fp: fp,
+                calendar_bin_ns: calendar_bin_ns(fp, 2_000 * MS, largest),
+                aqm: AqmParams::for_rate(crate::aqm::DEFAULT_RTT_NS, fp, 1514, 2_000 * MS),
+                ..Default::default()
+            }
+        };
+        // 100 Mbit/s, 64 KiB packets: a host of 10 flows at 10 Mbit/s holds 2.4 ms of its
+        // flows' floors; the four bins (10.5 ms) are more.
+        let fast = config(100_000_000, 65_536);
+        assert_eq!(
+            host_slack_ns(&fast, ns_per_byte_fp(10_000_000)),
+            4 * fast.calendar_bin_ns
+        );
+        // 950 kbit/s, eight flows at a level of 118.75 kbit/s: two full frames at that level
+        // are 204 ms, more than the interval (113.9 ms): the interval.
+        let slow = config(950_000, 3_028);
+        let interval = slow.aqm.interval_ns;
+        assert!((113 * MS..115 * MS).contains(&interval), "{interval}");
+        assert_eq!(host_slack_ns(&slow, ns_per_byte_fp(118_750)), interval);
+        // Two flows at 475 kbit/s: their floors (51 ms) and the four bins (51 ms) agree.
+        let two = host_slack_ns(&slow, ns_per_byte_fp(475_000));
+        assert!((50 * MS..52 * MS).contains(&two), "{two}");
     }
 
     #[test]

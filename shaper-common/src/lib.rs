@@ -4,6 +4,7 @@
 
 pub mod ackfilter;
 pub mod aqm;
+pub mod branchless;
 pub mod datapath;
 pub mod diffserv;
 pub mod edt;

@@ -19,7 +19,7 @@ use shaper_common::{
     datapath::{DatapathStats, FlowKey, ShaperConfig},
 };
 
-use crate::parse::{ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
+use crate::parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
 
 #[map(name = "SHAPER_ACKS")]
 static ACKS: LruHashMap<FlowKey, AckState> = LruHashMap::with_max_entries(65_536, 0);

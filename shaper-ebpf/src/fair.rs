@@ -17,8 +17,8 @@ use aya_ebpf::{
 use shaper_common::{
     aqm::{self, Verdict},
     datapath::{
-        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HOST_SLACK_BINS, HostRate, HostState,
-        Levels, ShaperConfig, host_flags,
+        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
+        host_flags,
     },
     diffserv::MAX_TINS,
     edt,
@@ -92,7 +92,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp) = rates(&host_key, config, info.tin, ahead);
+    let (flow_fp, host_fp, slack_ns) = rates(&host_key, config, info.tin, ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -136,6 +136,7 @@ pub fn schedule(
         let packet = AqmPacket {
             now,
             queue_ns: flow_clock.saturating_sub(now),
+            wire,
             flow_ns_per_byte_fp: flow_fp,
             ect: ecn::capable(info),
         };
@@ -186,7 +187,7 @@ pub fn schedule(
         // SAFETY: as for the flow clock.
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
-                let floor = start.saturating_sub(config.calendar_bin_ns * HOST_SLACK_BINS);
+                let floor = start.saturating_sub(slack_ns);
                 if floor > guarded && !sparse {
                     guarded = floor;
                 }
@@ -219,7 +220,7 @@ pub fn schedule(
     let over_allocation = sparse
         && host_fp != 0
         && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
-            > now + config.calendar_bin_ns * HOST_SLACK_BINS + edt::tx_time_ns(wire, host_fp);
+            > now + slack_ns + edt::tx_time_ns(wire, host_fp);
     count(host, flow, wire, clock_ns, depart > now || over_allocation);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
@@ -243,6 +244,8 @@ struct AqmPacket {
     now: u64,
     /// How far its flow's clock stood ahead of now (0: the flow's queue had drained).
     queue_ns: u64,
+    /// Its size on the wire (its frames' size, for the standing floor).
+    wire: u64,
     flow_ns_per_byte_fp: u64,
     ect: bool,
 }
@@ -252,6 +255,7 @@ struct AqmPacket {
 fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) -> Verdict {
     let floor = aqm::standing_floor_ns(
         &config.aqm,
+        packet.wire,
         packet.flow_ns_per_byte_fp,
         config.ns_per_byte_fp,
     );
@@ -288,8 +292,9 @@ pub fn scheduled_ahead(info: &PacketInfo, config: &ShaperConfig, now: u64) -> u3
     }
 }
 
-/// The pace of a host's flows and of its guard (0: none): the control plane's, or for a
-/// newcomer its tin's newcomer level for both (the newcomer is one bottlenecked host more).
+/// The pace of a host's flows and of its guard (0: none), and the guard's slack: the control
+/// plane's, or for a newcomer its tin's newcomer level for both (the newcomer is one
+/// bottlenecked host more).
 ///
 /// Also notes in `ahead` whether the host's packets go ahead of the calendar's bookings: it used
 /// less than its allocation in the last interval (the control plane's `host_flags::AHEAD`), or
@@ -298,24 +303,25 @@ pub fn scheduled_ahead(info: &PacketInfo, config: &ShaperConfig, now: u64) -> u3
 /// exist from the next tick on. Its own clocks still pace it, at its levels, and the wire time
 /// it takes pushes the others' packets, which then count as waited.
 #[inline(always)]
-fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) -> (u64, u64) {
+fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) -> (u64, u64, u64) {
     // SAFETY: map value, valid for this run.
     if let Some(r) = unsafe { HOST_RATES.get(host_key) }
         && r.flow_ns_per_byte_fp != 0
     {
         // SAFETY: a word of the skb's control block (written without a branch).
         unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
-        return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp);
+        return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp, r.slack_ns);
     }
-    let newcomer = match LEVELS.get(0) {
-        Some(l) => l.new_host_ns_per_byte_fp[tin as usize & (MAX_TINS - 1)],
-        None => 0,
+    let t = tin as usize & (MAX_TINS - 1);
+    let (newcomer, slack) = match LEVELS.get(0) {
+        Some(l) => (l.new_host_ns_per_byte_fp[t], l.new_host_slack_ns[t]),
+        None => (0, 0),
     };
     match newcomer {
-        0 => (config.ns_per_byte_fp, 0),
+        0 => (config.ns_per_byte_fp, 0, 0),
         newcomer => {
             unsafe { core::ptr::write_volatile(ahead, 1) };
-            (newcomer, newcomer)
+            (newcomer, newcomer, slack)
         }
     }
 }

@@ -48,6 +48,8 @@ fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
 
 pub struct Datapath {
     ebpf: Ebpf,
+    /// What `configure` wrote last (the control plane derives per-host values from it).
+    config: ShaperConfig,
     link: Option<SchedClassifierLinkId>,
     /// The ACK filter's observer at ingress, when attached.
     ingress_link: Option<SchedClassifierLinkId>,
@@ -68,6 +70,7 @@ impl Datapath {
         log_verifier_cost(&mut ebpf);
         Ok(Self {
             ebpf,
+            config: ShaperConfig::default(),
             link: None,
             ingress_link: None,
         })
@@ -80,7 +83,16 @@ impl Datapath {
             .ok_or(BpfError::Missing(map_names::CONFIG))?;
         let mut array: Array<_, ShaperConfig> =
             Array::try_from(map).map_err(map_err(map_names::CONFIG))?;
-        array.set(0, *config, 0).map_err(map_err(map_names::CONFIG))
+        array
+            .set(0, *config, 0)
+            .map_err(map_err(map_names::CONFIG))?;
+        self.config = *config;
+        Ok(())
+    }
+
+    /// The configuration the data path runs with.
+    pub fn config(&self) -> &ShaperConfig {
+        &self.config
     }
 
     fn map_mut(&mut self, name: &'static str) -> Result<&mut Map, BpfError> {

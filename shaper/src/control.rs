@@ -11,7 +11,7 @@ use std::{collections::HashMap, time::Duration};
 use serde::Serialize;
 use shaper_common::{
     datapath::{FlowKey, HostRate, HostState, Levels, host_flags},
-    diffserv::{Diffserv, MAX_TINS, dscp},
+    diffserv::{Diffserv, dscp},
     edt,
     isolation::{Isolation, fields},
 };
@@ -214,10 +214,10 @@ impl Controller {
         }
         let capacities = tin_capacities(self.rate_bps as f64, &usage);
         let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
+        let config = *dp.config();
         let mut levels = Levels {
             epoch: self.epoch,
-            priority_tins: 0,
-            new_host_ns_per_byte_fp: [0; MAX_TINS],
+            ..Default::default()
         };
         let mut summary = TickSummary {
             epoch: self.epoch,
@@ -235,7 +235,7 @@ impl Controller {
             let samples: Vec<HostSample> = group.iter().map(|(_, s)| *s).collect();
             let plan = plan(capacities[t], &samples);
             self.apply(dp, &group, &plan)?;
-            levels.new_host_ns_per_byte_fp[t] = edt::ns_per_byte_fp(plan.new_host_bps as u64);
+            levels.set_newcomer(&config, t, edt::ns_per_byte_fp(plan.new_host_bps as u64));
             let within = usage[t].rate_bps <= usage[t].threshold_bps;
             if tin.priority > best_effort && within {
                 levels.priority_tins |= 1 << t;
@@ -289,22 +289,21 @@ impl Controller {
             // the calendar guards the rate already, and no guard would bound it ahead of the
             // calendar.
             let guarded = self.isolation.host_fields() != fields::NONE;
-            dp.set_host_rate(
-                key,
-                &HostRate {
-                    flow_ns_per_byte_fp: edt::ns_per_byte_fp(flow_bps as u64),
-                    host_ns_per_byte_fp: if guarded {
-                        edt::ns_per_byte_fp(*allocation_bps as u64)
-                    } else {
-                        0
-                    },
-                    flags: if guarded && !sample.bottlenecked() {
-                        host_flags::AHEAD
-                    } else {
-                        0
-                    },
+            let rate = HostRate::new(
+                dp.config(),
+                edt::ns_per_byte_fp(flow_bps as u64),
+                if guarded {
+                    edt::ns_per_byte_fp(*allocation_bps as u64)
+                } else {
+                    0
                 },
-            )?;
+                if guarded && !sample.bottlenecked() {
+                    host_flags::AHEAD
+                } else {
+                    0
+                },
+            );
+            dp.set_host_rate(key, &rate)?;
         }
         Ok(())
     }

@@ -38,6 +38,7 @@ fn harness(limit_ns: u64) -> Harness {
             limit_ns,
             mtu_bytes: FRAME as u32,
             flags: flags::ECN,
+            base_target_ns: MS,
         },
         ..config(RATE, 10_000 * MS)
     })

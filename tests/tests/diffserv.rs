@@ -4,7 +4,7 @@
 
 use shaper_common::{
     datapath::{Levels, ShaperConfig},
-    diffserv::{Diffserv, MAX_TINS, dscp},
+    diffserv::{Diffserv, dscp},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
@@ -108,7 +108,7 @@ fn a_prioritised_tin_goes_ahead_of_a_full_calendar() {
             priority_tins: 1 << VOICE,
             // No newcomer level: the hosts book as measured, bottlenecked ones do (a newcomer
             // goes ahead of earlier bookings in any tin, see the fairness tests).
-            new_host_ns_per_byte_fp: [0; MAX_TINS],
+            ..Default::default()
         })
         .unwrap();
     // Best effort books the calendar three bins (~80 ms) ahead.

@@ -49,27 +49,25 @@ fn host_key(dst: [u8; 4]) -> FlowKey {
 
 /// The control plane's levels for the host `dst`, written by hand.
 fn set_rate(h: &mut Harness, dst: [u8; 4], flow_fp: u64, host_fp: u64, flags: u64) {
-    h.datapath
-        .set_host_rate(
-            &host_key(dst),
-            &HostRate {
-                flow_ns_per_byte_fp: flow_fp,
-                host_ns_per_byte_fp: host_fp,
-                flags,
-            },
-        )
-        .unwrap();
+    set_key_rate(h, &host_key(dst), flow_fp, host_fp, flags);
+}
+
+/// The control plane's levels for the host (or, in single-level modes, pseudo-host) `key`.
+fn set_key_rate(h: &mut Harness, key: &FlowKey, flow_fp: u64, host_fp: u64, flags: u64) {
+    let rate = HostRate::new(h.datapath.config(), flow_fp, host_fp, flags);
+    h.datapath.set_host_rate(key, &rate).unwrap();
 }
 
 /// The control plane's newcomer level (every tin), written by hand.
 fn set_newcomer_level(h: &mut Harness, epoch: u64, fp: u64) {
-    h.datapath
-        .set_levels(&Levels {
-            epoch,
-            priority_tins: 0,
-            new_host_ns_per_byte_fp: [fp; MAX_TINS],
-        })
-        .unwrap();
+    let mut levels = Levels {
+        epoch,
+        ..Default::default()
+    };
+    for tin in 0..MAX_TINS {
+        levels.set_newcomer(h.datapath.config(), tin, fp);
+    }
+    h.datapath.set_levels(&levels).unwrap();
 }
 
 /// Hosts by destination, each new 5-tuple a flow of its own (no quota bucket), 1 s horizon.
@@ -86,16 +84,7 @@ fn sparse_harness() -> Harness {
 fn flows_mode_interleaves_flows_at_the_flow_level() {
     let mut h = harness(Isolation::Flows);
     // The control plane's verdict: two bottlenecked flows, 5 Mbit/s each.
-    h.datapath
-        .set_host_rate(
-            &FlowKey::default(),
-            &HostRate {
-                flow_ns_per_byte_fp: ns_per_byte_fp(RATE / 2),
-                host_ns_per_byte_fp: 0,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_key_rate(&mut h, &FlowKey::default(), ns_per_byte_fp(RATE / 2), 0, 0);
     let half = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE / 2));
     // Flow 1 sends a burst of 4 first; flow 2's packets still interleave with it.
     let a: Vec<u64> = (0..4).map(|_| send(&mut h, CLIENT_A, 1)).collect();
@@ -131,23 +120,9 @@ fn flowblind_is_one_fifo_at_the_rate() {
 fn dual_dsthost_paces_hosts_and_their_flows() {
     let mut h = harness(Isolation::DualDstHost);
     let half = ns_per_byte_fp(RATE / 2);
-    for dst in [CLIENT_A, CLIENT_B] {
-        h.datapath
-            .set_host_rate(
-                &host_key(dst),
-                &HostRate {
-                    // A has one flow, B ten: B's flows get a tenth of its half.
-                    flow_ns_per_byte_fp: if dst == CLIENT_A {
-                        half
-                    } else {
-                        ns_per_byte_fp(RATE / 20)
-                    },
-                    host_ns_per_byte_fp: half,
-                    flags: 0,
-                },
-            )
-            .unwrap();
-    }
+    // A has one flow, B ten: B's flows get a tenth of its half.
+    set_rate(&mut h, CLIENT_A, half, half, 0);
+    set_rate(&mut h, CLIENT_B, ns_per_byte_fp(RATE / 20), half, 0);
     let a: Vec<u64> = (0..3).map(|_| send(&mut h, CLIENT_A, 1)).collect();
     let b: Vec<u64> = (0..3).map(|_| send(&mut h, CLIENT_B, 7)).collect();
     let bin = config(RATE, SECOND).calendar_bin_ns;
@@ -192,16 +167,7 @@ fn a_new_host_starts_at_the_newcomer_level() {
 fn the_calendar_holds_overbooked_levels_to_the_rate() {
     let mut h = harness(Isolation::Flows);
     // Provisional levels overbook the link fourfold: four flows at the full rate each.
-    h.datapath
-        .set_host_rate(
-            &FlowKey::default(),
-            &HostRate {
-                flow_ns_per_byte_fp: ns_per_byte_fp(RATE),
-                host_ns_per_byte_fp: 0,
-                flags: 0,
-            },
-        )
-        .unwrap();
+    set_key_rate(&mut h, &FlowKey::default(), ns_per_byte_fp(RATE), 0, 0);
     let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     let bin = config(RATE, SECOND).calendar_bin_ns;
     let start = monotonic_now_ns();
@@ -293,14 +259,15 @@ fn sparse_packets_over_the_host_allocation_count_as_waited() {
     // A host of many sparse flows is held by its guard, never by a flow clock: unless the
     // packets it sends over its allocation count as waited, the control plane reads it as
     // limited elsewhere and never raises its level to its share. Packets within the host's slack
-    // (four calendar bins of guard lead) do not count; a host within its allocation never does.
+    // (the guard lead the control plane allows the host) do not count; a host within its
+    // allocation never does.
     let mut h = sparse_harness();
     let tenth = ns_per_byte_fp(RATE / 10);
     for client in [CLIENT_A, CLIENT_B] {
         set_rate(&mut h, client, tenth, tenth, 0);
     }
     let per_frame = tx_time_ns(FRAME as u64, tenth);
-    let slack = config(RATE, SECOND).calendar_bin_ns * 4;
+    let slack = HostRate::new(h.datapath.config(), tenth, tenth, 0).slack_ns;
     // A: 40 frames at once, each on a flow of its own.
     let start = monotonic_now_ns();
     for port in 0..40 {
