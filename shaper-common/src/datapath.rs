@@ -82,10 +82,6 @@ impl Default for ShaperConfig {
 /// Bins in the global calendar (a power of two) and how many one packet may span.
 pub const CALENDAR_BINS: u32 = 4096;
 pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
-/// A bin holds a little more wire time than its width, as a shift: 1/16 (see the data path's
-/// `calendar`). So the calendar alone holds the aggregate to the rate plus 1/16; the levels hold
-/// it to the rate.
-pub const CALENDAR_SLACK_SHIFT: u32 = 4;
 
 /// The longest gap a flow's clock catches up (see `edt::reserve`): a TCP Small Queues
 /// completion or a scheduling delay, not an idle period.

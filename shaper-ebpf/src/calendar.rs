@@ -16,10 +16,7 @@
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{macros::map, maps::Array};
-use shaper_common::{
-    branchless,
-    datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS, CALENDAR_SLACK_SHIFT},
-};
+use shaper_common::datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS};
 
 #[map(name = "SHAPER_CALENDAR")]
 static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
@@ -27,6 +24,8 @@ static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
 const LAP_MASK: u64 = (1 << 24) - 1;
+/// Slack of a bin over its width, as a shift: 1/16 (6.25 %).
+const SLACK_SHIFT: u32 = 4;
 
 pub struct Booked {
     /// Earliest departure the calendar allows.
@@ -39,10 +38,8 @@ pub struct Booked {
     pub contended: bool,
 }
 
-/// Books `tx_ns` of wire time in the bin of `want_ns` (≥ `now_ns`) or after it, and departs
-/// after the wire time booked before it in that bin, not before `earliest_ns` (≥ `now_ns`).
-/// Packets wanted beyond the ring's span are not booked: the flow clocks that put them there
-/// already pace them.
+/// Books `tx_ns` of wire time at or after `want_ns` (≥ `now_ns`). Packets wanted beyond the
+/// ring's span are not booked: the flow clocks that put them there already pace them.
 ///
 /// A `priority` packet (a sparse flow's, a prioritised tin's) leaves at `want` whatever the
 /// bins hold, but its wire time is taken like any other: from the first bin with room. Bulk
@@ -51,14 +48,7 @@ pub struct Booked {
 /// uplink, where pure ACKs are half the load, that overflowed the modem behind it). Borrowed
 /// from the future, the time pushes the next bulk packets instead.
 #[inline(always)]
-pub fn book(
-    want_ns: u64,
-    earliest_ns: u64,
-    now_ns: u64,
-    tx_ns: u64,
-    bin_ns: u64,
-    priority: bool,
-) -> Booked {
+pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) -> Booked {
     let mut out = Booked {
         depart_ns: want_ns,
         delayed: false,
@@ -72,7 +62,7 @@ pub fn book(
     // only on average, and without slack every bin that a flow's phase overfills pushes packets
     // (and their flows' clocks) while the bins it underfills go to waste, so the link is never
     // full. The slack bounds the short-term excess; the levels bound the long-term rate.
-    let capacity = bin_ns + (bin_ns >> CALENDAR_SLACK_SHIFT);
+    let capacity = bin_ns + (bin_ns >> SLACK_SHIFT);
     let mut index = want_ns / bin_ns;
     let mut remaining = tx_ns;
     let mut placed = false;
@@ -125,16 +115,12 @@ pub fn book(
         }
         if !placed {
             placed = true;
-            // A bin is a serialiser: its packets leave in the order they booked it, each after
-            // the wire time booked before it (and never before the sender's own time). Leaving
-            // at their flows' times instead, packets of two flows that want the same moment
-            // left together: a bin's worth at line rate into the bottleneck behind (at 1 Mbit/s
-            // one bin is a frame, 12 ms of that modem's queue). A packet may so leave up to a
-            // bin before its flow's time, when the bin is emptier than its flow's phase: the
-            // flow's clock still paces it from its time, so its level holds over bins.
-            if !priority {
-                out.depart_ns = branchless::max(bin_start + used, earliest_ns);
-                out.delayed = bin_start > want_ns;
+            // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
+            // bounds the aggregate without ordering flows inside it. A packet pushed into a
+            // later bin queues behind what that bin already carries.
+            if bin_start > want_ns && !priority {
+                out.depart_ns = bin_start + used;
+                out.delayed = true;
             }
         }
         remaining -= take;

@@ -16,7 +16,6 @@ use aya_ebpf::{
 };
 use shaper_common::{
     aqm::{self, Verdict},
-    branchless,
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
         host_flags,
@@ -200,33 +199,18 @@ pub fn schedule(
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
     let ahead = sparse || priority_tin(info.tin) || host_ahead;
-    // A sender that paced its packet (TCP's own departure time) is not sent before it.
-    let earliest = if tcp_tstamp > now && tcp_tstamp - now <= config.horizon_ns {
-        tcp_tstamp
-    } else {
-        now
-    };
-    let booked = calendar::book(
-        guarded,
-        earliest,
-        now,
-        tx_rate,
-        config.calendar_bin_ns,
-        ahead,
-    );
+    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, ahead);
     let depart = booked.depart_ns;
-    // Where the flow's time stands after this packet: pushed by its host or the calendar, its
-    // next packet queues behind this one; sent early in its bin, the flow keeps its own time.
     if depart > want {
+        // Held back by its host or the calendar: the flow's next packet queues behind this one.
         unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
     }
-    let held = branchless::max(depart, want);
 
     // Flow-time is how far this packet moved its flow's clock: its transmission time at the
     // level plus any push by the calendar. A flow kept busy here accounts for the whole interval
     // whether its level or the overbooked aggregate held it back, so the count of busy flows is
     // the number of flows, not the rate divided by a level that may be wrong.
-    let clock_ns = held + tx_flow - want;
+    let clock_ns = depart + tx_flow - want;
     // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
     // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
     // would go to the very flows that overbooked. A sparse packet is held by neither, but one
