@@ -193,6 +193,14 @@ fn sampled_namespaces(s: &Scenario, c: &Contender) -> BTreeSet<String> {
         .collect()
 }
 
+/// With `mtu_frames`, an endpoint sends MTU-sized frames: TCP sizes its segments to the
+/// device's limit, one MSS per packet, as a router with GRO off on its ports receives them.
+fn mtu_frames(p: &mut String, s: &Scenario, ns: &str) {
+    if s.mtu_frames {
+        do_(p, &format!("ip -n {ns} link set dev eth0 gso_max_segs 1"));
+    }
+}
+
 fn topology(p: &mut String, s: &Scenario) {
     p.push_str("# topology\n");
     let mut namespaces: Vec<String> = ["wan", "modem", "router", "lan"].map(String::from).into();
@@ -222,6 +230,7 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("fd01:{}:", i + 1),
         );
         default_route(p, &ns, "10.1", i + 1, "fd01");
+        mtu_frames(p, s, &ns);
     }
     for (i, name) in s.hosts.iter().enumerate() {
         let (ns, port) = (host_ns(name), format!("p{}", i + 1));
@@ -233,10 +242,7 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("fd02:{}:", i + 1),
         );
         default_route(p, &ns, "10.2", i + 1, "fd02");
-        if s.mtu_frames {
-            // TCP sizes its segments to the device's limit: one MSS per packet.
-            do_(p, &format!("ip -n {ns} link set dev eth0 gso_max_segs 1"));
-        }
+        mtu_frames(p, s, &ns);
     }
     // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it.
     for (ns, up, down) in [

@@ -240,9 +240,9 @@ pub struct Scenario {
     pub queue_interval: f64,
     pub servers: Vec<String>,
     pub hosts: Vec<String>,
-    /// The hosts send MTU-sized frames, as onto a physical LAN into a router that does not
-    /// aggregate them (GRO off). Otherwise veth hands the router the hosts' TSO super-packets
-    /// whole, which is what a router with GRO on forwards.
+    /// The hosts and servers send MTU-sized frames, as onto physical links into a router that
+    /// does not aggregate them (GRO off). Otherwise veth hands the router the endpoints' TSO
+    /// super-packets whole, which is what a router with GRO on forwards.
     pub mtu_frames: bool,
     pub down: Option<Link>,
     pub up: Option<Link>,
