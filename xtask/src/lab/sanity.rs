@@ -59,12 +59,13 @@ fn check(rs: &[RunResult]) -> Vec<String> {
     );
     // Within 1 % of the ceiling: a bucket that refilled only to 1 ms at a late timer carried
     // 1.3 % less than its rate, enough to move the queue from a contender 5 % below it into
-    // the modem.
+    // the modem. Over it by as much: the bucket's 10 ms and the receiver's measuring window
+    // (96.1 seen once).
     expect(
         "the emulated modem at 100mbit, Mbit/s",
         find(rs, "sanity-modem", "none").map(|r| r.download.mean_bps / 1e6),
-        &|v| (94.7..=96.0).contains(&v),
-        "94.7-96.0 (ceiling 95.6)",
+        &|v| (94.7..=96.6).contains(&v),
+        "94.7-96.6 (ceiling 95.6)",
     );
     // Cubic halves its window by 30 % at a drop, so 4 connections with a round trip far
     // shorter than the buffer keep it between ~70 % and full: the sampler must see the
