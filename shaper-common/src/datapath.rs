@@ -103,7 +103,7 @@ pub const HOST_SLACK_BINS: u64 = 4;
 /// host's small-packet flows (ACKs, DNS) waited behind the bulk flows' queues for the
 /// difference. At least [`HOST_SLACK_BINS`] bins; at most the AQM's interval, the time it lets a
 /// standing queue last before it acts (a host of many slow flows would otherwise get seconds).
-#[inline(always)]
+/// Computed by the control plane with the host's levels; the data path only reads it.
 pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
     let floor = crate::aqm::standing_floor_ns(
         &config.aqm,
@@ -111,13 +111,9 @@ pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
         flow_ns_per_byte_fp,
         config.ns_per_byte_fp,
     );
-    let floor = if floor < config.aqm.interval_ns {
-        floor
-    } else {
-        config.aqm.interval_ns
-    };
-    let bins = config.calendar_bin_ns * HOST_SLACK_BINS;
-    if floor > bins { floor } else { bins }
+    floor
+        .min(config.aqm.interval_ns)
+        .max(config.calendar_bin_ns * HOST_SLACK_BINS)
 }
 
 /// The calendar's bin width for a rate, a horizon and the largest packet the device sends (wire

@@ -55,9 +55,8 @@ VERIFIER_BUDGET=500000
 verifier_budget() {
 	line=$(grep -o 'data path verified: .*' /tmp/shaper.log) || fail "shaper did not report its verifier cost"
 	log "$line"
-	echo "$line" | tr ',' '\n' | awk -v max="$VERIFIER_BUDGET" '
-		{ n = $NF; if ($0 ~ /instructions/) n = $(NF - 5) }
-		n + 0 > max { print "over budget:", $0; bad = 1 }
+	echo "$line" | grep -o 'shaper_[a-z_]* [0-9]*' | awk -v max="$VERIFIER_BUDGET" '
+		$2 > max { print "over budget:", $0; bad = 1 }
 		END { exit bad }' || fail "a program is over the verifier budget of $VERIFIER_BUDGET instructions"
 }
 
