@@ -33,6 +33,8 @@ lab_do() {
 
 LAB_WAIT_PIDS=
 LAB_SHAPERS=
+# ns:dev of the shapers that also shape their ingress (--ingress-rate).
+LAB_INGRESS=
 
 # lab_shaper NS DEV ARGS...: shaper run in NS on DEV until the run ends; a shaper that exits
 # before it shapes (say, an option it does not know yet) fails the run with its own error.
@@ -43,8 +45,14 @@ lab_shaper() {
 	ip netns exec "$ns" shaper run --iface "$dev" "$@" >"$log" 2>&1 &
 	pid=$!
 	LAB_SHAPERS="$LAB_SHAPERS $pid:$ns:$dev"
+	ready=
+	case " $* " in *" --ingress-rate "*)
+		LAB_INGRESS="$LAB_INGRESS $ns:$dev"
+		# The ingress is set up after egress: wait for both.
+		ready=--ingress ;;
+	esac
 	i=0
-	until ip netns exec "$ns" shaper stats --iface "$dev" >/dev/null 2>&1; do
+	until ip netns exec "$ns" shaper stats --iface "$dev" $ready >/dev/null 2>&1; do
 		i=$((i + 1))
 		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 150 ]; then
 			kill "$pid" 2>/dev/null
@@ -216,6 +224,9 @@ lab_collect() {
 			ip netns exec "$2" shaper stats --iface "$3" --json >"shaper-$1.json" 2>&1 ;;
 		esac
 	done
+	case " $LAB_INGRESS " in *" $2:$3 "*)
+		ip netns exec "$2" shaper stats --iface "$3" --ingress --json >"shaper-$1-ingress.json" 2>&1 ;;
+	esac
 }
 
 # lab_end: stops the shapers (their exit status is part of the result) and records success.

@@ -23,7 +23,7 @@ mod stats;
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_ktime_get_ns, bpf_skb_set_tstamp},
     macros::{classifier, map},
     maps::{Array, PerCpuArray, ProgramArray},
     programs::TcContext,
@@ -38,6 +38,10 @@ use crate::{
     fair::Scheduled,
     parse::{MAX_HEADER_BYTES, PacketInfo, ParseError},
 };
+
+/// `bpf_skb_set_tstamp`'s CLOCK_MONOTONIC delivery time (5.18+; `BPF_SKB_CLOCK_MONOTONIC` since
+/// 6.11, the same value).
+const BPF_SKB_TSTAMP_DELIVERY_MONO: u32 = 1;
 
 #[map(name = "SHAPER_CONFIG")]
 static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
@@ -183,7 +187,14 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     if let Some(slot) = stats.delay_hist.get_mut(bucket) {
         *slot += segs;
     }
-    skb.tstamp = depart;
+    // Marked as a CLOCK_MONOTONIC delivery time, as TCP marks its own: a packet delivered
+    // locally after it leaves (ingress shaping, through the IFB) then gets the real time as its
+    // receive timestamp, not its departure time read as wall-clock time. The helper takes IP
+    // packets only; anything else gets the plain store fq reads just the same.
+    // SAFETY: the helper only writes the context's timestamp fields.
+    if unsafe { bpf_skb_set_tstamp(ctx.skb.skb, depart, BPF_SKB_TSTAMP_DELIVERY_MONO) } != 0 {
+        skb.tstamp = depart;
+    }
     if depart > stats.latest_depart_ns {
         stats.latest_depart_ns = depart;
     }

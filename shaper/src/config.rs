@@ -50,6 +50,7 @@ pub mod defaults {
 pub struct FileConfig {
     pub iface: Option<String>,
     pub rate: Option<String>,
+    pub ingress_rate: Option<String>,
     pub horizon: Option<String>,
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
@@ -91,6 +92,7 @@ pub struct FqFile {
 pub struct CliConfig {
     pub iface: Option<String>,
     pub rate: Option<String>,
+    pub ingress_rate: Option<String>,
     pub horizon: Option<String>,
     pub overhead: Option<i32>,
     pub mpu: Option<u32>,
@@ -226,6 +228,9 @@ pub struct Settings {
     /// fwmark bits that select the tin (0: off).
     pub fwmark_mask: u32,
     pub ack_filter: AckFilter,
+    /// The ingress direction (`--ingress-rate`): the same settings at that rate, shaped on an
+    /// IFB device that the interface's incoming traffic is redirected to.
+    pub ingress: Option<Box<Settings>>,
 }
 
 impl Settings {
@@ -239,10 +244,12 @@ impl Settings {
             .or(file_config.iface)
             .ok_or(ConfigError::NoIface)?;
         let rate_text = cli.rate.or(file_config.rate).ok_or(ConfigError::NoRate)?;
-        let rate_bps = rate::parse_rate(&rate_text).map_err(|reason| ConfigError::Rate {
-            text: rate_text.clone(),
-            reason,
-        })?;
+        let rate_bps = parse_rate(rate_text)?;
+        let ingress_rate_bps = cli
+            .ingress_rate
+            .or(file_config.ingress_rate)
+            .map(parse_rate)
+            .transpose()?;
         let horizon_text = cli
             .horizon
             .or(file_config.horizon)
@@ -263,10 +270,6 @@ impl Settings {
         if mpu_bytes > 1500 {
             return Err(ConfigError::Mpu(mpu_bytes));
         }
-        let limit = |what, value: Option<u32>, default| match value.unwrap_or(default) {
-            v @ 1..=1_000_000 => Ok(v),
-            value => Err(ConfigError::FqLimit { what, value }),
-        };
         let rtt_ns = match cli.rtt.or(file_config.rtt) {
             Some(text) => {
                 let ns = aqm::parse_rtt_ns(&text).map_err(|reason| ConfigError::Rtt {
@@ -280,29 +283,7 @@ impl Settings {
             }
             None => aqm::DEFAULT_RTT_NS,
         };
-        // fq must hold everything the AQM admits, or it tail-drops packets whose wire time is
-        // already booked: one flow at the whole rate for its hard limit, in packets of 1000
-        // bytes (a bulk flow's packets are mostly full-sized).
-        let aqm_limit_ns = AqmParams::for_rate(
-            rtt_ns,
-            edt::ns_per_byte_fp(rate_bps),
-            FRAME_BYTES,
-            horizon_ns,
-        )
-        .limit_ns;
-        let flow_packets = (rate_bps as u128 * aqm_limit_ns as u128 / 8_000_000_000_000) as u64;
-        let flow_default = flow_packets.clamp(defaults::FQ_FLOW_LIMIT_PACKETS as u64, 1_000_000);
-        let total_default = (flow_default * 4).clamp(defaults::FQ_LIMIT_PACKETS as u64, 1_000_000);
-        let fq = FqParams {
-            limit_packets: limit("limit", file_config.fq.limit, total_default as u32)?,
-            flow_limit_packets: limit(
-                "flow-limit",
-                file_config.fq.flow_limit,
-                flow_default as u32,
-            )?,
-            // fq must never drop before the data path: its horizon sits a second beyond ours.
-            horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
-        };
+        let fq = fq_params(rate_bps, rtt_ns, horizon_ns, &file_config.fq)?;
         let ecn = file_config.ecn.unwrap_or(true);
         let split_gso = !cli.no_split_gso && file_config.split_gso.unwrap_or(true);
         let diffserv = match cli.diffserv.or(file_config.diffserv) {
@@ -355,7 +336,7 @@ impl Settings {
                 1 << 24,
             )?,
         };
-        Ok(Self {
+        let egress = Self {
             iface,
             rate_bps,
             horizon_ns,
@@ -371,6 +352,26 @@ impl Settings {
             wash,
             fwmark_mask,
             ack_filter,
+            ingress: None,
+        };
+        let ingress = match ingress_rate_bps {
+            Some(rate_bps) => Some(Box::new(Self {
+                rate_bps,
+                fq: fq_params(rate_bps, rtt_ns, horizon_ns, &file_config.fq)?,
+                // Filtering ACKs is for the direction that carries them out (the uplink).
+                ack_filter: AckFilter::Off,
+                ..egress.clone()
+            })),
+            None => None,
+        };
+        Ok(Self { ingress, ..egress })
+    }
+
+    /// The settings of the ingress direction, shaped on `ifb`'s egress.
+    pub fn for_ingress(&self, ifb: &str) -> Option<Self> {
+        self.ingress.as_deref().map(|s| Self {
+            iface: ifb.to_string(),
+            ..s.clone()
         })
     }
 
@@ -422,6 +423,41 @@ impl Settings {
             self.mpu_bytes
         )
     }
+}
+
+fn parse_rate(text: String) -> Result<u64, ConfigError> {
+    rate::parse_rate(&text).map_err(|reason| ConfigError::Rate { text, reason })
+}
+
+/// fq's limits for a rate. fq must hold everything the AQM admits, or it tail-drops packets
+/// whose wire time is already booked: one flow at the whole rate for its hard limit, in packets
+/// of 1000 bytes (a bulk flow's packets are mostly full-sized).
+fn fq_params(
+    rate_bps: u64,
+    rtt_ns: u64,
+    horizon_ns: u64,
+    file: &FqFile,
+) -> Result<FqParams, ConfigError> {
+    let limit = |what, value: Option<u32>, default| match value.unwrap_or(default) {
+        v @ 1..=1_000_000 => Ok(v),
+        value => Err(ConfigError::FqLimit { what, value }),
+    };
+    let aqm_limit_ns = AqmParams::for_rate(
+        rtt_ns,
+        edt::ns_per_byte_fp(rate_bps),
+        FRAME_BYTES,
+        horizon_ns,
+    )
+    .limit_ns;
+    let flow_packets = (rate_bps as u128 * aqm_limit_ns as u128 / 8_000_000_000_000) as u64;
+    let flow_default = flow_packets.clamp(defaults::FQ_FLOW_LIMIT_PACKETS as u64, 1_000_000);
+    let total_default = (flow_default * 4).clamp(defaults::FQ_LIMIT_PACKETS as u64, 1_000_000);
+    Ok(FqParams {
+        limit_packets: limit("limit", file.limit, total_default as u32)?,
+        flow_limit_packets: limit("flow-limit", file.flow_limit, flow_default as u32)?,
+        // fq must never drop before the data path: its horizon sits a second beyond ours.
+        horizon_us: ((horizon_ns / 1_000) + 1_000_000).min(u64::from(u32::MAX)) as u32,
+    })
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -563,6 +599,41 @@ mod tests {
             e.contains("host-prefix-v6 must be between 1 and 128"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn ingress_rate_shapes_the_other_direction_with_the_same_policy() {
+        let s = Settings::resolve(cli("eth0", "1mbit"), None).unwrap();
+        assert!(s.ingress.is_none() && s.for_ingress("ifb4eth0").is_none());
+        let mut c = cli("eth0", "1mbit");
+        c.ingress_rate = Some("30mbit".into());
+        c.ack_filter = Some("aggressive".into());
+        c.isolation = Some("dual-dsthost".into());
+        let s = Settings::resolve(c, None).unwrap();
+        let i = s.for_ingress("ifb4eth0").unwrap();
+        assert_eq!(
+            (i.iface.as_str(), i.rate_bps, i.isolation),
+            ("ifb4eth0", 30_000_000, Isolation::DualDstHost)
+        );
+        assert_eq!(
+            (s.ack_filter, i.ack_filter),
+            (AckFilter::Aggressive, AckFilter::Off)
+        );
+        assert!(i.ingress.is_none());
+        // fq's limits follow the ingress rate, not the egress one.
+        assert_eq!(
+            i.fq,
+            fq_params(30_000_000, i.rtt_ns, i.horizon_ns, &FqFile::default()).unwrap()
+        );
+
+        let mut c = cli("eth0", "1mbit");
+        c.ingress_rate = Some("0".into());
+        let e = Settings::resolve(c, None).unwrap_err().to_string();
+        assert!(e.contains("invalid rate \"0\""), "{e}");
+        let mut f = tempfile();
+        writeln!(f.1, "ingress-rate = \"20mbit\"").unwrap();
+        let s = Settings::resolve(cli("eth0", "1mbit"), Some(&f.0)).unwrap();
+        assert_eq!(s.ingress.map(|i| i.rate_bps), Some(20_000_000));
     }
 
     fn tempfile() -> (std::path::PathBuf, std::fs::File) {

@@ -14,7 +14,8 @@ use shaper_common::ackfilter::AckFilter;
 use crate::{
     bpf::{self, Datapath},
     config::Settings,
-    link::{GsoLimits, Interface},
+    ingress::IngressState,
+    link::{GroLimits, GsoLimits, Interface, LinkError},
     netlink::Socket,
     probe,
     qdisc::{self, Snapshot},
@@ -24,7 +25,7 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     #[error(
-        "{iface} has an `ingress` qdisc; on this kernel (< 6.6, no TCX) shaper attaches through `clsact`, which takes its place. Remove it if nothing needs it: tc qdisc del dev {iface} ingress"
+        "{iface} has an `ingress` qdisc where shaper needs `clsact` (to attach on kernels without TCX, < 6.6, and for --ingress-rate's redirect). Remove it if nothing needs it: tc qdisc del dev {iface} ingress"
     )]
     IngressQdisc { iface: String },
     #[error(
@@ -50,6 +51,8 @@ pub struct Deployment {
     iface: Interface,
     datapath: Datapath,
     state: State,
+    /// What a previous, crashed shaper had set up for the ingress direction (to clean up).
+    stale_ingress: Option<IngressState>,
     _lock: InterfaceLock,
     torn_down: bool,
 }
@@ -63,7 +66,13 @@ impl Deployment {
         });
         let mut sock = Socket::open()?;
         let frame_bytes = iface.frame_bytes(&mut sock)?;
-        let gso = plan_gso(&mut sock, &iface, settings, &stale);
+        let gso = plan_limits::<GsoLimits>(
+            &mut sock,
+            &iface,
+            settings.rate_bps,
+            settings.split_gso,
+            stale.as_ref().and_then(|s| s.original_gso),
+        );
         let largest_packet = match &gso {
             Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
             None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
@@ -127,7 +136,7 @@ impl Deployment {
         }
 
         let original_gso = match gso {
-            Some(plan) => apply_gso(&mut sock, &iface, plan),
+            Some(plan) => apply_limits(&mut sock, &iface, plan),
             None => stale.as_ref().and_then(|s| s.original_gso),
         };
 
@@ -147,12 +156,14 @@ impl Deployment {
             clsact_added,
             original,
             original_gso,
+            ingress: None,
             maps: datapath.map_ids()?,
         };
         let deployment = Self {
             iface,
             datapath,
             state,
+            stale_ingress: stale.and_then(|s| s.ingress),
             _lock: lock,
             torn_down: false,
         };
@@ -160,6 +171,22 @@ impl Deployment {
         runtime::write_state(&deployment.iface, &deployment.state)?;
         info!("shaping {} ({:?} attach)", settings.describe(), mode);
         Ok(deployment)
+    }
+
+    pub fn iface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// The ingress set-up a crashed predecessor left, once (`ingress::Ingress::apply` cleans it).
+    pub fn take_stale_ingress(&mut self) -> Option<IngressState> {
+        self.stale_ingress.take()
+    }
+
+    /// Records the ingress set-up in the state file, so a successor can undo it after a crash.
+    pub fn record_ingress(&mut self, ingress: Option<IngressState>) -> anyhow::Result<()> {
+        self.state.ingress = ingress;
+        runtime::write_state(&self.iface, &self.state)?;
+        Ok(())
     }
 
     pub fn datapath(&self) -> &Datapath {
@@ -228,7 +255,7 @@ impl Drop for Deployment {
     }
 }
 
-fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
+pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
     if qdisc::has_ingress_qdisc(sock, iface.ifindex).unwrap_or(false) {
         return Err(DeployError::IngressQdisc {
             iface: iface.name.clone(),
@@ -243,40 +270,75 @@ fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError
     })
 }
 
-/// The device's GSO limits now, before any shaper (`baseline`), and for the rate (see
-/// `link::GSO_BUDGET_NS`; the device's own with `--no-split-gso`).
-struct GsoPlan {
-    current: GsoLimits,
-    baseline: GsoLimits,
-    wanted: GsoLimits,
+/// Limits of a device that shaper lowers at low rates and puts back on exit: GSO (what local
+/// TCP builds for the device) and GRO (what the device's receive path builds).
+pub(crate) trait DeviceLimits: Copy + PartialEq + std::fmt::Debug {
+    const WHAT: &'static str;
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError>;
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError>;
+    /// The limits for `rate_bps`, from the device's own; `None`: keep them.
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self>;
+}
+
+impl DeviceLimits for GsoLimits {
+    const WHAT: &'static str = "GSO";
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
+        iface.gso_limits(sock).map(Some)
+    }
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
+        iface.set_gso_limits(sock, self)
+    }
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
+        GsoLimits::for_rate(rate_bps, baseline)
+    }
+}
+
+impl DeviceLimits for GroLimits {
+    const WHAT: &'static str = "GRO";
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
+        iface.gro_limits(sock)
+    }
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
+        iface.set_gro_limits(sock, self)
+    }
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
+        GroLimits::for_rate(rate_bps, baseline)
+    }
+}
+
+/// A device's limits now, before any shaper (`baseline`), and for the rate (the device's own
+/// when not splitting).
+pub(crate) struct LimitsPlan<L> {
+    current: L,
+    baseline: L,
+    pub wanted: L,
 }
 
 /// The baseline is what the device had before any shaper: the limits found now, or those a
 /// previous unclean run recorded, so a restart at another rate starts from the device's own
 /// limits, not from the previous run's. `None` when the device's limits cannot be read.
-fn plan_gso(
+pub(crate) fn plan_limits<L: DeviceLimits>(
     sock: &mut Socket,
     iface: &Interface,
-    settings: &Settings,
-    stale: &Option<State>,
-) -> Option<GsoPlan> {
-    let current = match iface.gso_limits(sock) {
-        Ok(c) => c,
+    rate_bps: u64,
+    split: bool,
+    recorded: Option<L>,
+) -> Option<LimitsPlan<L>> {
+    let current = match L::read(iface, sock) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
         Err(e) => {
-            warn!("reading the GSO limits of {}: {e}", iface.name);
+            warn!("reading the {} limits of {}: {e}", L::WHAT, iface.name);
             return None;
         }
     };
-    let baseline = stale
-        .as_ref()
-        .and_then(|s| s.original_gso)
-        .unwrap_or(current);
-    let wanted = if settings.split_gso {
-        GsoLimits::for_rate(settings.rate_bps, baseline).unwrap_or(baseline)
+    let baseline = recorded.unwrap_or(current);
+    let wanted = if split {
+        L::for_rate(rate_bps, baseline).unwrap_or(baseline)
     } else {
         baseline
     };
-    Some(GsoPlan {
+    Some(LimitsPlan {
         current,
         baseline,
         wanted,
@@ -285,20 +347,25 @@ fn plan_gso(
 
 /// Sets the planned limits and returns those to restore on exit (`None`: nothing to restore).
 /// A device that refuses is shaped anyway, with coarser packets (warned).
-fn apply_gso(sock: &mut Socket, iface: &Interface, plan: GsoPlan) -> Option<GsoLimits> {
-    let GsoPlan {
+pub(crate) fn apply_limits<L: DeviceLimits>(
+    sock: &mut Socket,
+    iface: &Interface,
+    plan: LimitsPlan<L>,
+) -> Option<L> {
+    let LimitsPlan {
         current,
         baseline,
         wanted,
     } = plan;
     if wanted != current {
-        match iface.set_gso_limits(sock, wanted) {
+        match wanted.write(iface, sock) {
             Ok(()) => info!(
-                "GSO limits of {} set to {} bytes, {} segments (device's own: {}, {})",
-                iface.name, wanted.max_size, wanted.max_segs, baseline.max_size, baseline.max_segs
+                "{} limits of {} set to {wanted:?} (device's own: {baseline:?})",
+                L::WHAT,
+                iface.name
             ),
             Err(e) => {
-                warn!("setting the GSO limits of {}: {e}", iface.name);
+                warn!("setting the {} limits of {}: {e}", L::WHAT, iface.name);
                 return (current != baseline).then_some(baseline);
             }
         }

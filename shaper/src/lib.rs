@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod deploy;
 pub mod fairness;
+pub mod ingress;
 pub mod link;
 pub mod netlink;
 pub mod probe;

@@ -1,12 +1,15 @@
-//! The network interface being shaped: name, index, TX queues, GSO limits.
+//! The network interface being shaped: name, index, TX queues, GSO and GRO limits; and the IFB
+//! devices that ingress shaping creates.
 
 use std::{ffi::CString, os::unix::fs::MetadataExt};
 
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::{
-    Attrs, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE, IFLA_MTU, IFLA_NUM_TX_QUEUES, NetlinkError,
-    RTM_GETLINK, RTM_NEWLINK, Socket, parse_attrs,
+    Attrs, IFLA_GRO_IPV4_MAX_SIZE, IFLA_GRO_MAX_SIZE, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE,
+    IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_MTU, IFLA_NUM_RX_QUEUES, IFLA_NUM_TX_QUEUES,
+    NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK, Socket,
+    parse_attrs,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -47,10 +50,14 @@ impl Interface {
         Ok(queues.unwrap_or(1))
     }
 
+    pub fn mtu(&self, sock: &mut Socket) -> Result<u32, LinkError> {
+        let [mtu] = self.link_u32s(sock, [IFLA_MTU])?;
+        Ok(mtu.unwrap_or(1_500))
+    }
+
     /// Wire bytes of a full-sized frame: the MTU plus an Ethernet header.
     pub fn frame_bytes(&self, sock: &mut Socket) -> Result<u32, LinkError> {
-        let [mtu] = self.link_u32s(sock, [IFLA_MTU])?;
-        Ok(mtu.unwrap_or(1_500) + ETH_HEADER_BYTES)
+        Ok(self.mtu(sock)? + ETH_HEADER_BYTES)
     }
 
     /// The device's current GSO limits.
@@ -72,6 +79,94 @@ impl Interface {
         body.extend_from_slice(&attrs.0);
         sock.request(RTM_NEWLINK, 0, &body)
             .map(|_| ())
+            .map_err(|source| self.netlink_error(source))
+    }
+
+    /// The device's GRO limits; `None` on kernels without them (< 5.19).
+    pub fn gro_limits(&self, sock: &mut Socket) -> Result<Option<GroLimits>, LinkError> {
+        let [size, ipv4] = self.link_u32s(sock, [IFLA_GRO_MAX_SIZE, IFLA_GRO_IPV4_MAX_SIZE])?;
+        Ok(size.map(|max_size| GroLimits {
+            max_size,
+            ipv4_max_size: ipv4,
+        }))
+    }
+
+    /// Sets the device's GRO limits; packets being merged now finish at the old ones.
+    pub fn set_gro_limits(&self, sock: &mut Socket, limits: GroLimits) -> Result<(), LinkError> {
+        let mut body = self.ifinfo();
+        let mut attrs = Attrs::default();
+        // The kernel applies the IPv4 limit after the general one, which (at 64 KB or less)
+        // sets both: restoring a BIG TCP IPv4 limit needs it last.
+        attrs.put_u32(IFLA_GRO_MAX_SIZE, limits.max_size);
+        if let Some(v4) = limits.ipv4_max_size {
+            attrs.put_u32(IFLA_GRO_IPV4_MAX_SIZE, v4);
+        }
+        body.extend_from_slice(&attrs.0);
+        sock.request(RTM_NEWLINK, 0, &body)
+            .map(|_| ())
+            .map_err(|source| self.netlink_error(source))
+    }
+
+    /// The device's kind (`ifb`, `veth`...; empty for physical devices).
+    pub fn kind(&self, sock: &mut Socket) -> Result<String, LinkError> {
+        let replies = sock
+            .request(RTM_GETLINK, 0, &self.ifinfo())
+            .map_err(|source| self.netlink_error(source))?;
+        let kind = replies
+            .iter()
+            .filter(|r| r.len() >= 16)
+            .flat_map(|r| parse_attrs(&r[16..]))
+            .filter(|(kind, _, _)| *kind == IFLA_LINKINFO)
+            .flat_map(|(_, _, info)| parse_attrs(info))
+            .find(|(kind, _, _)| *kind == IFLA_INFO_KIND)
+            .map(|(_, _, v)| {
+                String::from_utf8_lossy(v)
+                    .trim_end_matches('\0')
+                    .to_string()
+            });
+        Ok(kind.unwrap_or_default())
+    }
+
+    /// Creates an IFB device with `queues` TX and RX queues and this MTU, and brings it up.
+    pub fn create_ifb(
+        sock: &mut Socket,
+        name: &str,
+        mtu: u32,
+        queues: u32,
+    ) -> Result<Self, LinkError> {
+        let netlink = |source| LinkError::Netlink {
+            iface: name.to_string(),
+            source,
+        };
+        let mut info = Attrs::default();
+        info.put_str(IFLA_INFO_KIND, "ifb");
+        let mut attrs = Attrs::default();
+        attrs
+            .put_str(IFLA_IFNAME, name)
+            .put_u32(IFLA_MTU, mtu)
+            .put_u32(IFLA_NUM_TX_QUEUES, queues)
+            .put_u32(IFLA_NUM_RX_QUEUES, queues)
+            .put(IFLA_LINKINFO, &info.0);
+        let mut body = vec![0u8; 16];
+        body[0] = libc::AF_UNSPEC as u8;
+        body.extend_from_slice(&attrs.0);
+        sock.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &body)
+            .map_err(netlink)?;
+        let ifb = Self::lookup(name)?;
+        let mut up = ifb.ifinfo();
+        up[8..12].copy_from_slice(&(libc::IFF_UP as u32).to_ne_bytes());
+        up[12..16].copy_from_slice(&(libc::IFF_UP as u32).to_ne_bytes());
+        if let Err(source) = sock.request(RTM_NEWLINK, 0, &up) {
+            let _ = ifb.delete(sock);
+            return Err(netlink(source));
+        }
+        Ok(ifb)
+    }
+
+    /// Deletes the device (with its qdiscs and programs).
+    pub fn delete(&self, sock: &mut Socket) -> Result<(), LinkError> {
+        sock.request(RTM_DELLINK, 0, &self.ifinfo())
+            .map(drop)
             .map_err(|source| self.netlink_error(source))
     }
 
@@ -149,7 +244,7 @@ impl GsoLimits {
     /// wire time, never less than one frame, never more than the device allows now. `None`
     /// when the current limits are already within the budget (nothing to change).
     pub fn for_rate(rate_bps: u64, current: GsoLimits) -> Option<GsoLimits> {
-        let budget = (rate_bps as u128 * GSO_BUDGET_NS as u128 / 8_000_000_000) as u64;
+        let budget = budget_bytes(rate_bps);
         if budget >= GSO_MAX_BYTES as u64 {
             return None;
         }
@@ -172,6 +267,39 @@ impl GsoLimits {
         let by_segs = self.max_segs as u64 * frame;
         let by_size = self.max_size as u64 + frame;
         by_segs.min(by_size).max(2 * frame)
+    }
+}
+
+/// Bytes of wire time [`GSO_BUDGET_NS`] holds at `rate_bps`.
+fn budget_bytes(rate_bps: u64) -> u64 {
+    (rate_bps as u128 * GSO_BUDGET_NS as u128 / 8_000_000_000) as u64
+}
+
+/// How large a packet the device's receive path (GRO) may build from one flow's segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroLimits {
+    pub max_size: u32,
+    /// The separate IPv4 limit of kernels 6.3+ (BIG TCP); `None` before.
+    pub ipv4_max_size: Option<u32>,
+}
+
+impl GroLimits {
+    /// The limits for shaping the device's incoming traffic at `rate_bps`. A packet GRO builds
+    /// gets one departure time, like a GSO packet, so it is held to the same wire-time budget
+    /// ([`GSO_BUDGET_NS`]); a budget under one frame means GRO merges nothing (the kernel
+    /// stops merging once the packet would reach the limit). This is what CAKE's split-gso
+    /// does to forwarded super-packets, done before they are built. `None`: nothing to change.
+    pub fn for_rate(rate_bps: u64, current: GroLimits) -> Option<GroLimits> {
+        let budget = budget_bytes(rate_bps);
+        if budget >= GSO_MAX_BYTES as u64 {
+            return None;
+        }
+        let size = (budget.max(FRAME_BYTES as u64) as u32).min(current.max_size);
+        let wanted = GroLimits {
+            max_size: size,
+            ipv4_max_size: current.ipv4_max_size.map(|v| v.min(size)),
+        };
+        (wanted != current).then_some(wanted)
     }
 }
 
@@ -223,6 +351,36 @@ mod tests {
             max_segs: 4,
         };
         assert_eq!(few.largest_packet_bytes(9_014), 4 * 9_014);
+    }
+
+    #[test]
+    fn gro_is_held_to_the_same_budget() {
+        let default = GroLimits {
+            max_size: 65_536,
+            ipv4_max_size: Some(65_536),
+        };
+        // 1 Gbit/s: about ten frames; 100 Mbit/s and below: no merging.
+        assert_eq!(
+            GroLimits::for_rate(1_000_000_000, default),
+            Some(GroLimits {
+                max_size: 15_625,
+                ipv4_max_size: Some(15_625)
+            })
+        );
+        // (Two 1448-byte segments with their headers make 2,948 bytes: below that, no merge.)
+        for (rate, size) in [(100_000_000, 1_562), (1_000_000, FRAME_BYTES)] {
+            assert_eq!(
+                GroLimits::for_rate(rate, default).map(|g| g.max_size),
+                Some(size)
+            );
+        }
+        // Fast rates and devices already tighter are left alone; 6.1 has no IPv4 limit.
+        assert_eq!(GroLimits::for_rate(5_000_000_000, default), None);
+        let tight = GroLimits {
+            max_size: 1_000,
+            ipv4_max_size: None,
+        };
+        assert_eq!(GroLimits::for_rate(10_000_000, tight), None);
     }
 
     #[test]

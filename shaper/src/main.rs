@@ -14,7 +14,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Shape an interface until interrupted (SIGINT/SIGTERM), then restore it.
-    Run(cmd::run::RunArgs),
+    Run(Box<cmd::run::RunArgs>),
     /// Show the counters of the shaper running on an interface.
     Stats(cmd::stats::StatsArgs),
 }
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         )
         .init();
     let result = match Cli::parse().command {
-        Command::Run(args) => cmd::run::run(args),
+        Command::Run(args) => cmd::run::run(*args),
         Command::Stats(args) => cmd::stats::run(args),
     };
     match result {

@@ -24,20 +24,31 @@ const NLM_F_ACK_TLVS: u16 = 0x200;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
 pub const RTM_NEWLINK: u16 = 16;
+pub const RTM_DELLINK: u16 = 17;
 pub const RTM_GETLINK: u16 = 18;
 pub const RTM_NEWQDISC: u16 = 36;
 pub const RTM_DELQDISC: u16 = 37;
 pub const RTM_GETQDISC: u16 = 38;
 pub const RTM_GETTCLASS: u16 = 42;
+pub const RTM_NEWTFILTER: u16 = 44;
+pub const RTM_DELTFILTER: u16 = 45;
 pub const RTM_GETTFILTER: u16 = 46;
 
 pub const TCA_KIND: u16 = 1;
 pub const TCA_OPTIONS: u16 = 2;
 pub const TCA_STAB: u16 = 8;
+pub const IFLA_IFNAME: u16 = 3;
 pub const IFLA_MTU: u16 = 4;
+pub const IFLA_LINKINFO: u16 = 18;
+pub const IFLA_INFO_KIND: u16 = 1;
 pub const IFLA_NUM_TX_QUEUES: u16 = 31;
 pub const IFLA_GSO_MAX_SEGS: u16 = 40;
+pub const IFLA_NUM_RX_QUEUES: u16 = 32;
 pub const IFLA_GSO_MAX_SIZE: u16 = 41;
+/// Linux 5.19+ (before, GRO is bounded by 64 KB only).
+pub const IFLA_GRO_MAX_SIZE: u16 = 58;
+/// Linux 6.3+: the IPv4 limit, which setting `IFLA_GRO_MAX_SIZE` at or below 64 KB also sets.
+pub const IFLA_GRO_IPV4_MAX_SIZE: u16 = 64;
 
 /// An error from the kernel: errno plus its extended-ack text when it gave one.
 #[derive(Debug, thiserror::Error)]

@@ -107,12 +107,17 @@ pub enum QdiscError {
 }
 
 fn tcmsg(ifindex: u32, handle: u32, parent: u32) -> Vec<u8> {
+    tcmsg_info(ifindex, handle, parent, 0)
+}
+
+/// A `struct tcmsg`; `info` is a filter's priority and protocol.
+pub(crate) fn tcmsg_info(ifindex: u32, handle: u32, parent: u32, info: u32) -> Vec<u8> {
     let mut body = Vec::with_capacity(20);
     body.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
     body.extend_from_slice(&(ifindex as i32).to_ne_bytes());
     body.extend_from_slice(&handle.to_ne_bytes());
     body.extend_from_slice(&parent.to_ne_bytes());
-    body.extend_from_slice(&0u32.to_ne_bytes());
+    body.extend_from_slice(&info.to_ne_bytes());
     body
 }
 

@@ -17,6 +17,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    ingress::IngressState,
     link::{GsoLimits, Interface},
     qdisc::Snapshot,
 };
@@ -79,6 +80,9 @@ pub struct State {
     /// shaper left them alone.
     #[serde(default)]
     pub original_gso: Option<GsoLimits>,
+    /// The ingress direction's IFB and redirect (`--ingress-rate`), undone on exit.
+    #[serde(default)]
+    pub ingress: Option<IngressState>,
     pub maps: MapIds,
 }
 

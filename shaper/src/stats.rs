@@ -51,6 +51,9 @@ pub struct Report {
     pub tins: Vec<TinRow>,
     /// The ACK filter: pure ACKs examined, dropped, and kept by rule.
     pub ack_filter: AckFilterRow,
+    /// The IFB device the ingress direction is shaped on (`--ingress-rate`), whose report is
+    /// `shaper stats --iface IF --ingress`.
+    pub ingress_ifb: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -106,6 +109,7 @@ impl Report {
         Self {
             iface: state.iface.clone(),
             ifindex: state.ifindex,
+            ingress_ifb: state.ingress.as_ref().map(|i| i.ifb.clone()),
             pid: state.pid,
             rate_bps: state.rate_bps,
             horizon_ns: state.horizon_ns,
@@ -172,7 +176,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -201,6 +205,13 @@ impl Report {
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,
+            match &self.ingress_ifb {
+                Some(ifb) => format!(
+                    "  ingress: shaped on {ifb} (shaper stats --iface {} --ingress)\n",
+                    self.iface
+                ),
+                None => String::new(),
+            },
         )
     }
 }

@@ -98,3 +98,20 @@ ratio() {
 tcp_ceiling_mbit() {
 	awk -v r="$1" 'BEGIN { printf "%.2f", r * 1448 / 1514 }'
 }
+
+# download_mbit SECONDS PARALLEL: iperf3 from dst to src (arriving on s0's ingress); prints the
+# receiver's Mbit/s.
+download_mbit() {
+	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -R -t "$1" -O 1 -P "$2" --format m 2>&1) ||
+		fail "iperf3 -R: $out"
+	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
+}
+
+# ping_ms COUNT: pings dst from src every 50 ms; prints "P50 P99" of the round trips in ms.
+ping_ms() {
+	ip netns exec "$SRC" ping -c "$1" -i 0.05 10.9.0.2 |
+		sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
+		awk '{ v[NR] = $1 } END { if (NR == 0) { print "none"; exit 1 }
+			i50 = int(NR * 0.50 + 0.5); i99 = int(NR * 0.99 + 0.5); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
+			printf "%.2f %.2f\n", v[i50], v[i99] }'
+}

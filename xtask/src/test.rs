@@ -20,7 +20,11 @@ use crate::{
 };
 
 /// The VM end-to-end scripts, run on every kernel.
-const VM_SCRIPTS: &[&str] = &["tests/vm/e2e-rate.sh", "tests/vm/e2e-restore.sh"];
+const VM_SCRIPTS: &[&str] = &[
+    "tests/vm/e2e-rate.sh",
+    "tests/vm/e2e-restore.sh",
+    "tests/vm/e2e-ingress.sh",
+];
 
 #[derive(clap::Args)]
 pub struct Options {

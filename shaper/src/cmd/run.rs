@@ -9,18 +9,23 @@ use crate::{
     config::{CliConfig, Settings},
     control::{self, Controller},
     deploy::Deployment,
+    ingress::{self, Ingress, IngressState},
     link::Interface,
     probe,
 };
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Interface to shape (egress).
+    /// Interface to shape (egress; ingress too with --ingress-rate).
     #[arg(long)]
     pub iface: Option<String>,
     /// Wire rate, in tc/systemd units: 100mbit, 1gbit, 1995M, 12.5MBps, 500kbit.
     #[arg(long)]
     pub rate: Option<String>,
+    /// Also shape what arrives on the interface, at this wire rate (through an IFB device,
+    /// `ifb4<iface>`, with the same settings; the ACK filter stays on egress).
+    #[arg(long)]
+    pub ingress_rate: Option<String>,
     /// Departures scheduled further ahead than this are dropped (e.g. 2s, 500ms).
     #[arg(long)]
     pub horizon: Option<String>,
@@ -67,6 +72,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let cli = CliConfig {
         iface: args.iface,
         rate: args.rate,
+        ingress_rate: args.ingress_rate,
         horizon: args.horizon,
         overhead: args.overhead,
         mpu: args.mpu,
@@ -87,13 +93,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let mut deployment = Deployment::apply(&settings, iface)?;
-    let controller = Controller::new(settings.rate_bps, settings.isolation, settings.diffserv);
-    let served = runtime.block_on(serve(&mut deployment, controller));
+    let stale_ingress = deployment.take_stale_ingress();
+    let mut ingress = match settings.for_ingress(&ingress::ifb_name(deployment.iface())) {
+        Some(s) => {
+            deployment.record_ingress(Some(IngressState::planned(&s.iface)))?;
+            Some(Ingress::apply(&s, deployment.iface(), stale_ingress)?)
+        }
+        None => {
+            if let Some(stale) = stale_ingress {
+                ingress::clean_stale(deployment.iface(), &stale)?;
+            }
+            None
+        }
+    };
+    deployment.record_ingress(ingress.as_ref().map(|i| i.state().clone()))?;
+
+    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
+    let mut loops = vec![(&mut deployment, controller(&settings))];
+    if let (Some(i), Some(s)) = (ingress.as_mut(), settings.ingress.as_deref()) {
+        loops.push((i.deployment_mut(), controller(s)));
+    }
+    let served = runtime.block_on(serve(loops));
+    // The ingress goes first (its redirect, then its IFB), then the interface itself.
+    let ingress_restored = ingress.map_or(Ok(()), Ingress::teardown);
     let restored = deployment.teardown();
-    served.and(restored)
+    served.and(ingress_restored).and(restored)
 }
 
-async fn serve(deployment: &mut Deployment, mut controller: Controller) -> anyhow::Result<()> {
+/// Runs each direction's control loop until SIGINT or SIGTERM.
+async fn serve(mut loops: Vec<(&mut Deployment, Controller)>) -> anyhow::Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(control::INTERVAL);
@@ -103,10 +131,12 @@ async fn serve(deployment: &mut Deployment, mut controller: Controller) -> anyho
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
             _ = tick.tick() => {
-                // A failed tick keeps the previous levels in force; the next one retries.
-                match controller.tick(deployment.datapath_mut()) {
-                    Ok(summary) => debug!(?summary, "tick"),
-                    Err(e) => warn!("control loop: {e}"),
+                for (deployment, controller) in loops.iter_mut() {
+                    // A failed tick keeps the previous levels in force; the next one retries.
+                    match controller.tick(deployment.datapath_mut()) {
+                        Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
+                        Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
+                    }
                 }
             }
         }

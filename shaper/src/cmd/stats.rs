@@ -13,6 +13,9 @@ pub struct StatsArgs {
     /// Interface a `shaper run` is shaping.
     #[arg(long)]
     pub iface: String,
+    /// The ingress direction (`shaper run --ingress-rate`) instead of egress.
+    #[arg(long)]
+    pub ingress: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -33,8 +36,22 @@ const FLOW_SCAN_LIMIT: usize = 200_000;
 pub fn run(args: StatsArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
     let iface = Interface::lookup(&args.iface)?;
-    let state =
+    let mut state =
         runtime::read_state(&iface)?.ok_or_else(|| RuntimeError::NotRunning(args.iface.clone()))?;
+    if args.ingress {
+        let ifb = state
+            .ingress
+            .as_ref()
+            .map(|i| i.ifb.clone())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "shaper on {} does not shape its ingress (start it with --ingress-rate)",
+                    args.iface
+                )
+            })?;
+        state = runtime::read_state(&Interface::lookup(&ifb)?)?
+            .ok_or_else(|| RuntimeError::NotRunning(ifb.clone()))?;
+    }
     if !runtime::process_alive(state.pid) {
         anyhow::bail!(
             "shaper (pid {}) on {} is no longer running; its state is stale (a new `shaper run` will clean it up)",

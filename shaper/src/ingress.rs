@@ -1,0 +1,293 @@
+//! Ingress shaping (`--ingress-rate`). Nothing queues on a device's receive path, so traffic
+//! arriving on the interface is redirected (a `matchall` filter with a `mirred` action on its
+//! clsact ingress) to an IFB device, where the same data path stamps it on egress and fq paces
+//! it; the IFB hands every packet back to the interface's receive path as it leaves. This is
+//! how CAKE shapes ingress too (sqm-scripts' `ifb4<iface>`), and it works alike on kernels with
+//! and without TCX. The redirect sits at the lowest priority, so shaper's own ingress program
+//! (the ACK filter's view of the data direction) and anyone else's filters see a packet first.
+//!
+//! At low ingress rates the interface's GRO limit is lowered, as the GSO limits are for egress:
+//! GRO builds super-packets from the frames that arrive, one super-packet gets one departure
+//! time, and fq releases it to the hosts behind the router in one burst, which TCP answers with
+//! one ACK (see `link::GroLimits`).
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::{
+    config::Settings,
+    deploy::{self, Deployment, apply_limits, plan_limits},
+    link::{GroLimits, Interface, LinkError},
+    netlink::{
+        Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_NEWTFILTER, Socket,
+        TCA_KIND, TCA_OPTIONS,
+    },
+    qdisc, runtime,
+};
+
+/// What ingress shaping set up, in the interface's state file, so that exit (or the next
+/// shaper, after a crash) undoes exactly that.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngressState {
+    pub ifb: String,
+    /// shaper added clsact to the interface for the redirect and removes it on exit.
+    pub clsact_added: bool,
+    /// The interface's GRO limits before shaper lowered them; `None` when it left them alone.
+    pub original_gro: Option<GroLimits>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngressError {
+    #[error(
+        "{ifb} already exists and is not a leftover of shaper on {iface}; ingress shaping needs that name for its IFB device (remove it: ip link del {ifb})"
+    )]
+    IfbExists { ifb: String, iface: String },
+    #[error(
+        "creating the IFB device {ifb}: {source} (ingress shaping needs IFB: modprobe ifb, or a kernel with CONFIG_IFB)"
+    )]
+    Ifb { ifb: String, source: LinkError },
+    #[error(
+        "redirecting {iface}'s ingress to {ifb}: {source} (needs the matchall classifier and the mirred action: CONFIG_NET_CLS_MATCHALL, CONFIG_NET_ACT_MIRRED)"
+    )]
+    Redirect {
+        iface: String,
+        ifb: String,
+        source: NetlinkError,
+    },
+}
+
+/// The redirect's filter priority: the last one consulted.
+const REDIRECT_PRIORITY: u32 = 0xFFFF;
+const ETH_P_ALL: u16 = 0x0003;
+/// clsact's ingress hook (TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)).
+const CLSACT_INGRESS: u32 = 0xFFFF_FFF2;
+const TCA_MATCHALL_ACTIONS: u16 = 2;
+const TCA_ACT_KIND: u16 = 1;
+const TCA_ACT_OPTIONS: u16 = 2;
+const TCA_MIRRED_PARMS: u16 = 2;
+const TCA_EGRESS_REDIR: i32 = 1;
+const TC_ACT_STOLEN: i32 = 4;
+/// Enough IFB queues that the ingress direction is not one qdisc lock for every CPU.
+const MAX_IFB_QUEUES: u32 = 16;
+
+/// The IFB's name: sqm-scripts' `ifb4<iface>` where it fits in 15 bytes.
+pub fn ifb_name(iface: &Interface) -> String {
+    let name = format!("ifb4{}", iface.name);
+    if name.len() <= 15 {
+        name
+    } else {
+        format!("ifb4i{}", iface.ifindex)
+    }
+}
+
+pub struct Ingress {
+    iface: Interface,
+    ifb: Interface,
+    deployment: Option<Deployment>,
+    state: IngressState,
+}
+
+impl IngressState {
+    /// Recorded before anything is set up, so that a crash half-way leaves a record of the IFB.
+    pub fn planned(ifb: &str) -> Self {
+        Self {
+            ifb: ifb.to_string(),
+            clsact_added: false,
+            original_gro: None,
+        }
+    }
+}
+
+impl Ingress {
+    /// Shapes what arrives on `iface` with `settings` (whose `iface` is [`ifb_name`]), after
+    /// cleaning up what a crashed predecessor left (`stale`). Either completes or undoes its
+    /// own steps.
+    pub fn apply(
+        settings: &Settings,
+        iface: &Interface,
+        stale: Option<IngressState>,
+    ) -> anyhow::Result<Self> {
+        let mut sock = Socket::open()?;
+        let recorded_gro = stale.as_ref().and_then(|s| s.original_gro);
+        if let Some(stale) = &stale {
+            clean_stale(iface, stale)?;
+        }
+        let name = settings.iface.clone();
+        if Interface::lookup(&name).is_ok() {
+            return Err(IngressError::IfbExists {
+                ifb: name,
+                iface: iface.name.clone(),
+            }
+            .into());
+        }
+        let queues = std::thread::available_parallelism()
+            .map_or(1, |n| n.get() as u32)
+            .min(MAX_IFB_QUEUES);
+        let mtu = iface.mtu(&mut sock)?;
+        let ifb = Interface::create_ifb(&mut sock, &name, mtu, queues).map_err(|source| {
+            IngressError::Ifb {
+                ifb: name.clone(),
+                source,
+            }
+        })?;
+        let deployment = match Deployment::apply(settings, ifb.clone()) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = ifb.delete(&mut sock);
+                return Err(e);
+            }
+        };
+        let mut ingress = Self {
+            iface: iface.clone(),
+            ifb,
+            deployment: Some(deployment),
+            state: IngressState::planned(&name),
+        };
+        // From here on, Drop undoes what is recorded in `state`.
+        let has_clsact = qdisc::list(&mut sock, iface.ifindex)?
+            .iter()
+            .any(|q| q.parent == qdisc::TC_H_INGRESS && q.kind == "clsact");
+        if !has_clsact {
+            deploy::ensure_clsact(&mut sock, iface)?;
+            ingress.state.clsact_added = true;
+        }
+        add_redirect(&mut sock, iface.ifindex, ingress.ifb.ifindex).map_err(|source| {
+            IngressError::Redirect {
+                iface: iface.name.clone(),
+                ifb: ingress.state.ifb.clone(),
+                source,
+            }
+        })?;
+        if let Some(plan) = plan_limits::<GroLimits>(
+            &mut sock,
+            iface,
+            settings.rate_bps,
+            settings.split_gso,
+            recorded_gro,
+        ) {
+            ingress.state.original_gro = apply_limits(&mut sock, iface, plan);
+        }
+        info!(
+            "shaping {}'s ingress on {} ({} queues)",
+            iface.name, ingress.state.ifb, queues
+        );
+        Ok(ingress)
+    }
+
+    pub fn state(&self) -> &IngressState {
+        &self.state
+    }
+
+    pub fn deployment_mut(&mut self) -> &mut Deployment {
+        self.deployment.as_mut().expect("present until teardown")
+    }
+
+    /// Stops the redirect first, lets what the IFB holds leave, then removes the IFB.
+    pub fn teardown(mut self) -> anyhow::Result<()> {
+        self.undo()
+    }
+
+    fn undo(&mut self) -> anyhow::Result<()> {
+        let Some(deployment) = self.deployment.take() else {
+            return Ok(());
+        };
+        let mut sock = Socket::open()?;
+        if self.state.clsact_added {
+            if let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex) {
+                warn!("removing clsact from {}: {e}", self.iface.name);
+            }
+        } else if let Err(e) = delete_redirect(&mut sock, self.iface.ifindex) {
+            warn!("removing the redirect from {}: {e}", self.iface.name);
+        }
+        if let Some(gro) = self.state.original_gro
+            && let Err(e) = self.iface.set_gro_limits(&mut sock, gro)
+        {
+            warn!("restoring the GRO limits of {}: {e}", self.iface.name);
+        }
+        let drained = deployment.teardown();
+        if let Err(e) = self.ifb.delete(&mut sock) {
+            warn!("deleting {}: {e}", self.ifb.name);
+        }
+        drained
+    }
+}
+
+impl Drop for Ingress {
+    fn drop(&mut self) {
+        if let Err(e) = self.undo() {
+            warn!("restoring {}'s ingress: {e:#}", self.iface.name);
+        }
+    }
+}
+
+/// Undoes a crashed shaper's ingress set-up: its redirect, its IFB (with its state file). Its
+/// original GRO limits are restored here; `Ingress::apply` takes them as its baseline.
+pub fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
+    let sock = &mut Socket::open()?;
+    if let Some(gro) = stale.original_gro
+        && let Err(e) = iface.set_gro_limits(sock, gro)
+    {
+        warn!("restoring the GRO limits of {}: {e}", iface.name);
+    }
+    if stale.clsact_added {
+        let _ = qdisc::delete_clsact(sock, iface.ifindex);
+    } else {
+        let _ = delete_redirect(sock, iface.ifindex);
+    }
+    if let Ok(ifb) = Interface::lookup(&stale.ifb)
+        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
+    {
+        warn!("removing {} left by a previous shaper", ifb.name);
+        runtime::remove_state(&ifb);
+        let _ = ifb.delete(sock);
+    }
+    Ok(())
+}
+
+fn redirect_filter(ifindex: u32) -> Vec<u8> {
+    let info = (REDIRECT_PRIORITY << 16) | u32::from(ETH_P_ALL.to_be());
+    qdisc::tcmsg_info(ifindex, 0, CLSACT_INGRESS, info)
+}
+
+/// `tc filter add dev IF ingress prio 65535 matchall action mirred egress redirect dev IFB`.
+fn add_redirect(sock: &mut Socket, ifindex: u32, to_ifindex: u32) -> Result<(), NetlinkError> {
+    // struct tc_mirred: tc_gen (index, capab, action, refcnt, bindcnt), eaction, ifindex.
+    let mut parms = Vec::with_capacity(28);
+    for v in [
+        0i32,
+        0,
+        TC_ACT_STOLEN,
+        0,
+        0,
+        TCA_EGRESS_REDIR,
+        to_ifindex as i32,
+    ] {
+        parms.extend_from_slice(&v.to_ne_bytes());
+    }
+    let mut mirred = Attrs::default();
+    mirred.put(TCA_MIRRED_PARMS, &parms);
+    let mut action = Attrs::default();
+    action
+        .put_str(TCA_ACT_KIND, "mirred")
+        .put(TCA_ACT_OPTIONS, &mirred.0);
+    let mut actions = Attrs::default();
+    actions.put(1, &action.0);
+    let mut options = Attrs::default();
+    options.put(TCA_MATCHALL_ACTIONS, &actions.0);
+    let mut attrs = Attrs::default();
+    attrs
+        .put_str(TCA_KIND, "matchall")
+        .put(TCA_OPTIONS, &options.0);
+    let mut body = redirect_filter(ifindex);
+    body.extend_from_slice(&attrs.0);
+    sock.request(RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL, &body)
+        .map(drop)
+}
+
+fn delete_redirect(sock: &mut Socket, ifindex: u32) -> Result<(), NetlinkError> {
+    let mut attrs = Attrs::default();
+    attrs.put_str(TCA_KIND, "matchall");
+    let mut body = redirect_filter(ifindex);
+    body.extend_from_slice(&attrs.0);
+    sock.request(RTM_DELTFILTER, 0, &body).map(drop)
+}
