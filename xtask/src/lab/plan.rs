@@ -220,6 +220,11 @@ fn topology(p: &mut String, s: &Scenario) {
         "fd00:3:",
     );
     link(p, ("router", "lan0"), ("lan", "rtr"), "10.0.4", "fd00:4:");
+    if s.router_gro {
+        for port in ["wan0", "lan0"] {
+            do_(p, &format!("ip netns exec router ethtool -K {port} gro on"));
+        }
+    }
     for (i, name) in s.servers.iter().enumerate() {
         let (ns, port) = (server_ns(name), format!("s{}", i + 1));
         link(

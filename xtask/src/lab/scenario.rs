@@ -45,6 +45,8 @@ struct TopologyFile {
     hosts: Vec<String>,
     #[serde(default)]
     mtu_frames: bool,
+    #[serde(default)]
+    router_gro: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -244,6 +246,9 @@ pub struct Scenario {
     /// does not aggregate them (GRO off). Otherwise veth hands the router the endpoints' TSO
     /// super-packets whole, which is what a router with GRO on forwards.
     pub mtu_frames: bool,
+    /// The router's ports aggregate what arrives (GRO on, as on a real router; veth does not by
+    /// default): with `mtu_frames`, frames that crossed a "wire" become super-packets again.
+    pub router_gro: bool,
     pub down: Option<Link>,
     pub up: Option<Link>,
     pub contenders: Vec<Contender>,
@@ -461,6 +466,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     let servers = f.topology.servers.unwrap_or_else(|| vec!["server".into()]);
     let hosts = f.topology.hosts;
     let mtu_frames = f.topology.mtu_frames;
+    let router_gro = f.topology.router_gro;
     ensure!(!servers.is_empty(), "topology.servers: at least one server");
     ensure!(!hosts.is_empty(), "topology.hosts: at least one host");
     ensure!(
@@ -700,6 +706,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         servers,
         hosts,
         mtu_frames,
+        router_gro,
         down,
         up,
         contenders,
