@@ -15,7 +15,7 @@ use crate::{
     bpf::{self, Datapath},
     config::Settings,
     ingress::IngressState,
-    link::{GroLimits, GsoLimits, Interface, LinkError},
+    link::{GsoLimits, Interface, apply_limits, plan_limits, restore_limits},
     netlink::Socket,
     probe,
     qdisc::{self, Snapshot},
@@ -177,7 +177,7 @@ impl Deployment {
         &self.iface
     }
 
-    /// The ingress set-up a crashed predecessor left, once (`ingress::Ingress::apply` cleans it).
+    /// The ingress set-up a crashed predecessor left, once (`ingress::Ingress::start` cleans it up).
     pub fn take_stale_ingress(&mut self) -> Option<IngressState> {
         self.stale_ingress.take()
     }
@@ -220,11 +220,7 @@ impl Deployment {
         {
             warn!("removing clsact from {}: {e}", self.iface.name);
         }
-        if let Some(gso) = self.state.original_gso
-            && let Err(e) = self.iface.set_gso_limits(&mut sock, gso)
-        {
-            warn!("restoring the GSO limits of {}: {e}", self.iface.name);
-        }
+        restore_limits(&mut sock, &self.iface, self.state.original_gso);
         runtime::remove_state(&self.iface);
         detached?;
         restored?;
@@ -256,7 +252,7 @@ impl Drop for Deployment {
 }
 
 pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
-    if qdisc::has_ingress_qdisc(sock, iface.ifindex).unwrap_or(false) {
+    if qdisc::ingress_slot(sock, iface.ifindex).is_ok_and(|k| k.as_deref() == Some("ingress")) {
         return Err(DeployError::IngressQdisc {
             iface: iface.name.clone(),
         });
@@ -268,109 +264,6 @@ pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), 
             source,
         },
     })
-}
-
-/// Limits of a device that shaper lowers at low rates and puts back on exit: GSO (what local
-/// TCP builds for the device) and GRO (what the device's receive path builds).
-pub(crate) trait DeviceLimits: Copy + PartialEq + std::fmt::Debug {
-    const WHAT: &'static str;
-    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError>;
-    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError>;
-    /// The limits for `rate_bps`, from the device's own; `None`: keep them.
-    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self>;
-}
-
-impl DeviceLimits for GsoLimits {
-    const WHAT: &'static str = "GSO";
-    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
-        iface.gso_limits(sock).map(Some)
-    }
-    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
-        iface.set_gso_limits(sock, self)
-    }
-    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
-        GsoLimits::for_rate(rate_bps, baseline)
-    }
-}
-
-impl DeviceLimits for GroLimits {
-    const WHAT: &'static str = "GRO";
-    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
-        iface.gro_limits(sock)
-    }
-    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
-        iface.set_gro_limits(sock, self)
-    }
-    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
-        GroLimits::for_rate(rate_bps, baseline)
-    }
-}
-
-/// A device's limits now, before any shaper (`baseline`), and for the rate (the device's own
-/// when not splitting).
-pub(crate) struct LimitsPlan<L> {
-    current: L,
-    baseline: L,
-    pub wanted: L,
-}
-
-/// The baseline is what the device had before any shaper: the limits found now, or those a
-/// previous unclean run recorded, so a restart at another rate starts from the device's own
-/// limits, not from the previous run's. `None` when the device's limits cannot be read.
-pub(crate) fn plan_limits<L: DeviceLimits>(
-    sock: &mut Socket,
-    iface: &Interface,
-    rate_bps: u64,
-    split: bool,
-    recorded: Option<L>,
-) -> Option<LimitsPlan<L>> {
-    let current = match L::read(iface, sock) {
-        Ok(Some(c)) => c,
-        Ok(None) => return None,
-        Err(e) => {
-            warn!("reading the {} limits of {}: {e}", L::WHAT, iface.name);
-            return None;
-        }
-    };
-    let baseline = recorded.unwrap_or(current);
-    let wanted = if split {
-        L::for_rate(rate_bps, baseline).unwrap_or(baseline)
-    } else {
-        baseline
-    };
-    Some(LimitsPlan {
-        current,
-        baseline,
-        wanted,
-    })
-}
-
-/// Sets the planned limits and returns those to restore on exit (`None`: nothing to restore).
-/// A device that refuses is shaped anyway, with coarser packets (warned).
-pub(crate) fn apply_limits<L: DeviceLimits>(
-    sock: &mut Socket,
-    iface: &Interface,
-    plan: LimitsPlan<L>,
-) -> Option<L> {
-    let LimitsPlan {
-        current,
-        baseline,
-        wanted,
-    } = plan;
-    if wanted != current {
-        match wanted.write(iface, sock) {
-            Ok(()) => info!(
-                "{} limits of {} set to {wanted:?} (device's own: {baseline:?})",
-                L::WHAT,
-                iface.name
-            ),
-            Err(e) => {
-                warn!("setting the {} limits of {}: {e}", L::WHAT, iface.name);
-                return (current != baseline).then_some(baseline);
-            }
-        }
-    }
-    (wanted != baseline).then_some(baseline)
 }
 
 /// Best-effort undo of a partial `apply`.

@@ -16,8 +16,8 @@ use tracing::{info, warn};
 
 use crate::{
     config::Settings,
-    deploy::{self, Deployment, apply_limits, plan_limits},
-    link::{GroLimits, Interface, LinkError},
+    deploy::{self, Deployment},
+    link::{GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
     netlink::{
         Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_NEWTFILTER, Socket,
         TCA_KIND, TCA_OPTIONS,
@@ -71,7 +71,7 @@ const TC_ACT_STOLEN: i32 = 4;
 const MAX_IFB_QUEUES: u32 = 16;
 
 /// The IFB's name: sqm-scripts' `ifb4<iface>` where it fits in 15 bytes.
-pub fn ifb_name(iface: &Interface) -> String {
+fn ifb_name(iface: &Interface) -> String {
     let name = format!("ifb4{}", iface.name);
     if name.len() <= 15 {
         name
@@ -82,7 +82,8 @@ pub fn ifb_name(iface: &Interface) -> String {
 
 pub struct Ingress {
     iface: Interface,
-    ifb: Interface,
+    settings: Settings,
+    /// The IFB's own deployment; taken on teardown.
     deployment: Option<Deployment>,
     state: IngressState,
 }
@@ -99,11 +100,28 @@ impl IngressState {
 }
 
 impl Ingress {
+    /// The ingress direction of `egress`'s interface as `settings` ask (`--ingress-rate`; `None`
+    /// without it), recorded in the interface's state file. What a crashed predecessor set up
+    /// for its ingress is cleaned up either way.
+    pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<Option<Self>> {
+        let stale = egress.take_stale_ingress();
+        let Some(settings) = settings.for_ingress(&ifb_name(egress.iface())) else {
+            if let Some(stale) = stale {
+                clean_stale(egress.iface(), &stale)?;
+            }
+            return Ok(None);
+        };
+        egress.record_ingress(Some(IngressState::planned(&settings.iface)))?;
+        let ingress = Self::apply(settings, egress.iface(), stale)?;
+        egress.record_ingress(Some(ingress.state.clone()))?;
+        Ok(Some(ingress))
+    }
+
     /// Shapes what arrives on `iface` with `settings` (whose `iface` is [`ifb_name`]), after
     /// cleaning up what a crashed predecessor left (`stale`). Either completes or undoes its
     /// own steps.
-    pub fn apply(
-        settings: &Settings,
+    fn apply(
+        settings: Settings,
         iface: &Interface,
         stale: Option<IngressState>,
     ) -> anyhow::Result<Self> {
@@ -130,7 +148,8 @@ impl Ingress {
                 source,
             }
         })?;
-        let deployment = match Deployment::apply(settings, ifb.clone()) {
+        let ifb_index = ifb.ifindex;
+        let deployment = match Deployment::apply(&settings, ifb.clone()) {
             Ok(d) => d,
             Err(e) => {
                 let _ = ifb.delete(&mut sock);
@@ -139,43 +158,41 @@ impl Ingress {
         };
         let mut ingress = Self {
             iface: iface.clone(),
-            ifb,
+            settings,
             deployment: Some(deployment),
             state: IngressState::planned(&name),
         };
         // From here on, Drop undoes what is recorded in `state`.
-        let has_clsact = qdisc::list(&mut sock, iface.ifindex)?
-            .iter()
-            .any(|q| q.parent == qdisc::TC_H_INGRESS && q.kind == "clsact");
-        if !has_clsact {
+        if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
             deploy::ensure_clsact(&mut sock, iface)?;
             ingress.state.clsact_added = true;
         }
-        add_redirect(&mut sock, iface.ifindex, ingress.ifb.ifindex).map_err(|source| {
+        add_redirect(&mut sock, iface.ifindex, ifb_index).map_err(|source| {
             IngressError::Redirect {
                 iface: iface.name.clone(),
-                ifb: ingress.state.ifb.clone(),
+                ifb: name.clone(),
                 source,
             }
         })?;
         if let Some(plan) = plan_limits::<GroLimits>(
             &mut sock,
             iface,
-            settings.rate_bps,
-            settings.split_gso,
+            ingress.settings.rate_bps,
+            ingress.settings.split_gso,
             recorded_gro,
         ) {
             ingress.state.original_gro = apply_limits(&mut sock, iface, plan);
         }
         info!(
-            "shaping {}'s ingress on {} ({} queues)",
-            iface.name, ingress.state.ifb, queues
+            "shaping {}'s ingress on {name} ({queues} queues)",
+            iface.name
         );
         Ok(ingress)
     }
 
-    pub fn state(&self) -> &IngressState {
-        &self.state
+    /// The ingress direction's settings (its rate; the IFB as its interface).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     pub fn deployment_mut(&mut self) -> &mut Deployment {
@@ -196,17 +213,17 @@ impl Ingress {
             if let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex) {
                 warn!("removing clsact from {}: {e}", self.iface.name);
             }
-        } else if let Err(e) = delete_redirect(&mut sock, self.iface.ifindex) {
+        } else if let Err(e) = delete_redirect(&mut sock, self.iface.ifindex)
+            // Not there: `apply` failed before adding it.
+            && e.errno() != Some(libc::ENOENT)
+        {
             warn!("removing the redirect from {}: {e}", self.iface.name);
         }
-        if let Some(gro) = self.state.original_gro
-            && let Err(e) = self.iface.set_gro_limits(&mut sock, gro)
-        {
-            warn!("restoring the GRO limits of {}: {e}", self.iface.name);
-        }
+        restore_limits(&mut sock, &self.iface, self.state.original_gro);
+        let ifb = deployment.iface().clone();
         let drained = deployment.teardown();
-        if let Err(e) = self.ifb.delete(&mut sock) {
-            warn!("deleting {}: {e}", self.ifb.name);
+        if let Err(e) = ifb.delete(&mut sock) {
+            warn!("deleting {}: {e}", ifb.name);
         }
         drained
     }
@@ -222,13 +239,9 @@ impl Drop for Ingress {
 
 /// Undoes a crashed shaper's ingress set-up: its redirect, its IFB (with its state file). Its
 /// original GRO limits are restored here; `Ingress::apply` takes them as its baseline.
-pub fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
+fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
-    if let Some(gro) = stale.original_gro
-        && let Err(e) = iface.set_gro_limits(sock, gro)
-    {
-        warn!("restoring the GRO limits of {}: {e}", iface.name);
-    }
+    restore_limits(sock, iface, stale.original_gro);
     if stale.clsact_added {
         let _ = qdisc::delete_clsact(sock, iface.ifindex);
     } else {

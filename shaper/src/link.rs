@@ -4,6 +4,7 @@
 use std::{ffi::CString, os::unix::fs::MetadataExt};
 
 use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
 
 use crate::netlink::{
     Attrs, IFLA_GRO_IPV4_MAX_SIZE, IFLA_GRO_MAX_SIZE, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE,
@@ -109,13 +110,8 @@ impl Interface {
 
     /// The device's kind (`ifb`, `veth`...; empty for physical devices).
     pub fn kind(&self, sock: &mut Socket) -> Result<String, LinkError> {
-        let replies = sock
-            .request(RTM_GETLINK, 0, &self.ifinfo())
-            .map_err(|source| self.netlink_error(source))?;
-        let kind = replies
-            .iter()
-            .filter(|r| r.len() >= 16)
-            .flat_map(|r| parse_attrs(&r[16..]))
+        let replies = self.getlink(sock)?;
+        let kind = link_attrs(&replies)
             .filter(|(kind, _, _)| *kind == IFLA_LINKINFO)
             .flat_map(|(_, _, info)| parse_attrs(info))
             .find(|(kind, _, _)| *kind == IFLA_INFO_KIND)
@@ -176,20 +172,20 @@ impl Interface {
         sock: &mut Socket,
         attrs: [u16; N],
     ) -> Result<[Option<u32>; N], LinkError> {
-        let replies = sock
-            .request(RTM_GETLINK, 0, &self.ifinfo())
-            .map_err(|source| self.netlink_error(source))?;
+        let replies = self.getlink(sock)?;
         let mut values = [None; N];
-        for (kind, _, v) in replies
-            .iter()
-            .filter(|r| r.len() >= 16)
-            .flat_map(|r| parse_attrs(&r[16..]))
-        {
+        for (kind, _, v) in link_attrs(&replies) {
             if let (Some(i), Ok(bytes)) = (attrs.iter().position(|a| *a == kind), v.try_into()) {
                 values[i] = Some(u32::from_ne_bytes(bytes));
             }
         }
         Ok(values)
+    }
+
+    /// The kernel's RTM_GETLINK reply for the device.
+    fn getlink(&self, sock: &mut Socket) -> Result<Vec<Vec<u8>>, LinkError> {
+        sock.request(RTM_GETLINK, 0, &self.ifinfo())
+            .map_err(|source| self.netlink_error(source))
     }
 
     /// A `struct ifinfomsg` addressing this interface.
@@ -206,6 +202,14 @@ impl Interface {
             source,
         }
     }
+}
+
+/// The link attributes of RTM_GETLINK replies (after their `struct ifinfomsg`).
+fn link_attrs(replies: &[Vec<u8>]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    replies
+        .iter()
+        .filter(|r| r.len() >= 16)
+        .flat_map(|r| parse_attrs(&r[16..]))
 }
 
 /// Largest GSO packet the kernel builds by default (without BIG TCP).
@@ -300,6 +304,119 @@ impl GroLimits {
             ipv4_max_size: current.ipv4_max_size.map(|v| v.min(size)),
         };
         (wanted != current).then_some(wanted)
+    }
+}
+
+/// Limits of a device that shaper lowers at low rates and puts back on exit: GSO (what local
+/// TCP builds for the device) and GRO (what the device's receive path builds).
+pub trait DeviceLimits: Copy + PartialEq + std::fmt::Debug {
+    const WHAT: &'static str;
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError>;
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError>;
+    /// The limits for `rate_bps`, from the device's own; `None`: keep them.
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self>;
+}
+
+impl DeviceLimits for GsoLimits {
+    const WHAT: &'static str = "GSO";
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
+        iface.gso_limits(sock).map(Some)
+    }
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
+        iface.set_gso_limits(sock, self)
+    }
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
+        GsoLimits::for_rate(rate_bps, baseline)
+    }
+}
+
+impl DeviceLimits for GroLimits {
+    const WHAT: &'static str = "GRO";
+    fn read(iface: &Interface, sock: &mut Socket) -> Result<Option<Self>, LinkError> {
+        iface.gro_limits(sock)
+    }
+    fn write(self, iface: &Interface, sock: &mut Socket) -> Result<(), LinkError> {
+        iface.set_gro_limits(sock, self)
+    }
+    fn for_rate(rate_bps: u64, baseline: Self) -> Option<Self> {
+        GroLimits::for_rate(rate_bps, baseline)
+    }
+}
+
+/// A device's limits now, before any shaper (`baseline`), and for the rate (the device's own
+/// when not splitting).
+pub struct LimitsPlan<L> {
+    current: L,
+    baseline: L,
+    pub wanted: L,
+}
+
+/// The baseline is what the device had before any shaper: the limits found now, or those a
+/// previous unclean run recorded, so a restart at another rate starts from the device's own
+/// limits, not from the previous run's. `None` when the device's limits cannot be read.
+pub fn plan_limits<L: DeviceLimits>(
+    sock: &mut Socket,
+    iface: &Interface,
+    rate_bps: u64,
+    split: bool,
+    recorded: Option<L>,
+) -> Option<LimitsPlan<L>> {
+    let current = match L::read(iface, sock) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(e) => {
+            warn!("reading the {} limits of {}: {e}", L::WHAT, iface.name);
+            return None;
+        }
+    };
+    let baseline = recorded.unwrap_or(current);
+    let wanted = if split {
+        L::for_rate(rate_bps, baseline).unwrap_or(baseline)
+    } else {
+        baseline
+    };
+    Some(LimitsPlan {
+        current,
+        baseline,
+        wanted,
+    })
+}
+
+/// Sets the planned limits and returns those to restore on exit (`None`: nothing to restore).
+/// A device that refuses is shaped anyway, with coarser packets (warned).
+pub fn apply_limits<L: DeviceLimits>(
+    sock: &mut Socket,
+    iface: &Interface,
+    plan: LimitsPlan<L>,
+) -> Option<L> {
+    let LimitsPlan {
+        current,
+        baseline,
+        wanted,
+    } = plan;
+    if wanted != current {
+        match wanted.write(iface, sock) {
+            Ok(()) => info!(
+                "{} limits of {} set to {wanted:?} (device's own: {baseline:?})",
+                L::WHAT,
+                iface.name
+            ),
+            Err(e) => {
+                warn!("setting the {} limits of {}: {e}", L::WHAT, iface.name);
+                return (current != baseline).then_some(baseline);
+            }
+        }
+    }
+    (wanted != baseline).then_some(baseline)
+}
+
+/// Puts back limits `apply_limits` changed (`None`: nothing was changed); a failure is warned,
+/// the rest of the exit goes on.
+pub fn restore_limits<L: DeviceLimits>(sock: &mut Socket, iface: &Interface, original: Option<L>) {
+    if let Some(limits) = original
+        && let Err(e) = limits.write(iface, sock)
+    {
+        warn!("restoring the {} limits of {}: {e}", L::WHAT, iface.name);
     }
 }
 

@@ -385,11 +385,12 @@ pub fn delete_clsact(sock: &mut Socket, ifindex: u32) -> Result<(), NetlinkError
     sock.request(RTM_DELQDISC, 0, &body).map(drop)
 }
 
-/// Whether an `ingress` (not clsact) qdisc holds the ingress slot.
-pub fn has_ingress_qdisc(sock: &mut Socket, ifindex: u32) -> Result<bool, NetlinkError> {
+/// The kind of qdisc in the ingress slot (`clsact` or `ingress`), if any.
+pub fn ingress_slot(sock: &mut Socket, ifindex: u32) -> Result<Option<String>, NetlinkError> {
     Ok(list(sock, ifindex)?
-        .iter()
-        .any(|q| q.parent == TC_H_INGRESS && q.kind == "ingress"))
+        .into_iter()
+        .find(|q| q.parent == TC_H_INGRESS)
+        .map(|q| q.kind))
 }
 
 mod hex_attr {

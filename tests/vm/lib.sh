@@ -43,10 +43,13 @@ pair_down() {
 	ip netns del "$DST" 2>/dev/null || true
 }
 
-# goodput_mbit SECONDS PARALLEL: iperf3 from src to dst; prints the receiver's Mbit/s.
+# goodput_mbit SECONDS PARALLEL [IPERF3-ARGS...]: iperf3 from src to dst (with -R, from dst to
+# src); prints the receiver's Mbit/s.
 goodput_mbit() {
-	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$1" -O 1 -P "$2" --format m 2>&1) ||
-		fail "iperf3: $out"
+	seconds=$1 parallel=$2
+	shift 2
+	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$seconds" -O 1 -P "$parallel" --format m "$@" 2>&1) ||
+		fail "iperf3 $*: $out"
 	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
 }
 
@@ -102,9 +105,7 @@ tcp_ceiling_mbit() {
 # download_mbit SECONDS PARALLEL: iperf3 from dst to src (arriving on s0's ingress); prints the
 # receiver's Mbit/s.
 download_mbit() {
-	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -R -t "$1" -O 1 -P "$2" --format m 2>&1) ||
-		fail "iperf3 -R: $out"
-	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
+	goodput_mbit "$1" "$2" -R
 }
 
 # ping_ms COUNT: pings dst from src every 50 ms; prints "P50 P99" of the round trips in ms.

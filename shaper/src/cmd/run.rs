@@ -9,7 +9,7 @@ use crate::{
     config::{CliConfig, Settings},
     control::{self, Controller},
     deploy::Deployment,
-    ingress::{self, Ingress, IngressState},
+    ingress::Ingress,
     link::Interface,
     probe,
 };
@@ -93,25 +93,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let mut deployment = Deployment::apply(&settings, iface)?;
-    let stale_ingress = deployment.take_stale_ingress();
-    let mut ingress = match settings.for_ingress(&ingress::ifb_name(deployment.iface())) {
-        Some(s) => {
-            deployment.record_ingress(Some(IngressState::planned(&s.iface)))?;
-            Some(Ingress::apply(&s, deployment.iface(), stale_ingress)?)
-        }
-        None => {
-            if let Some(stale) = stale_ingress {
-                ingress::clean_stale(deployment.iface(), &stale)?;
-            }
-            None
-        }
-    };
-    deployment.record_ingress(ingress.as_ref().map(|i| i.state().clone()))?;
+    let mut ingress = Ingress::start(&settings, &mut deployment)?;
 
     let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
     let mut loops = vec![(&mut deployment, controller(&settings))];
-    if let (Some(i), Some(s)) = (ingress.as_mut(), settings.ingress.as_deref()) {
-        loops.push((i.deployment_mut(), controller(s)));
+    if let Some(i) = ingress.as_mut() {
+        let c = controller(i.settings());
+        loops.push((i.deployment_mut(), c));
     }
     let served = runtime.block_on(serve(loops));
     // The ingress goes first (its redirect, then its IFB), then the interface itself.
