@@ -49,6 +49,13 @@ pub struct ShaperConfig {
     pub wash: u32,
     /// `ackfilter::AckFilter` as u32.
     pub ack_filter: u32,
+    /// A GSO packet of more segments than this is not stamped but left to the segmenter (a
+    /// filter after the data path that sends it through an IFB, whose transmit path splits it
+    /// into frames, which come back to be stamped one by one). Zero: no segmenter.
+    pub split_gso_segs: u32,
+    /// The segmenter's IFB: packets coming back from it (`skb->skb_iif`) are never sent to it
+    /// again, whatever their size.
+    pub segmenter_ifindex: u32,
     pub _pad2: u32,
 }
 
@@ -74,6 +81,8 @@ impl Default for ShaperConfig {
             tins: 1,
             wash: 0,
             ack_filter: 0,
+            split_gso_segs: 0,
+            segmenter_ifindex: 0,
             _pad2: 0,
         }
     }
@@ -356,6 +365,9 @@ pub struct DatapathStats {
     /// Packets of sparse flows (their flow idle for at least the packet's own time), sent at
     /// once without waiting for the calendar or their host's guard.
     pub sparse: u64,
+    /// GSO packets left to the segmenter unstamped (see `ShaperConfig::split_gso_segs`); their
+    /// frames come back and are counted as shaped.
+    pub segmented: u64,
     /// Frames (GSO segments) by scheduled delay, see [`delay_bucket`].
     pub delay_hist: [u64; DELAY_BUCKETS],
     /// Packets and wire bytes stamped, per tin.
@@ -410,6 +422,7 @@ impl DatapathStats {
         self.latest_depart_ns = self.latest_depart_ns.max(other.latest_depart_ns);
         self.ecn_marked += other.ecn_marked;
         self.sparse += other.sparse;
+        self.segmented += other.segmented;
         for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
             *a += b;
         }
@@ -455,7 +468,10 @@ pub mod program_names {
     pub const ACK_FILTER: &str = "shaper_ack_filter";
     /// Records the data direction for the ACK filter (attached at ingress).
     pub const INGRESS: &str = "shaper_ingress";
-    pub const ALL: [&str; 5] = [EGRESS, SCHEDULE, MARK, ACK_FILTER, INGRESS];
+    /// Picks the packets the segmenter splits: a classifier (not direct-action) whose filter
+    /// carries a `mirred` redirect to the segmenter's IFB, after the egress program.
+    pub const SEGMENT: &str = "shaper_segment";
+    pub const ALL: [&str; 6] = [EGRESS, SCHEDULE, MARK, ACK_FILTER, INGRESS, SEGMENT];
 }
 
 /// Slots of `SHAPER_PROGRAMS`.
@@ -471,10 +487,10 @@ const _: () = {
     assert!(core::mem::size_of::<FlowState>() == 80);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 16 + 16 * MAX_TINS);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 24);
+    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (10
+            == 8 * (11
                 + DropReason::COUNT
                 + PassReason::COUNT
                 + DELAY_BUCKETS

@@ -19,6 +19,7 @@ mod clock;
 mod ecn;
 mod fair;
 mod parse;
+mod segment;
 mod stats;
 
 use aya_ebpf::{
@@ -89,6 +90,12 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     };
     if config.rate_bps == 0 {
         return stats::pass(stats, PassReason::Unconfigured);
+    }
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    if segment::wanted(unsafe { &*ctx.skb.skb }, config) {
+        // Its frames come back from the segmenter and are stamped then.
+        stats.segmented += 1;
+        return Verdict::Pass;
     }
 
     let mut info = match classify(ctx) {
@@ -254,6 +261,25 @@ pub fn shaper_ingress(ctx: TcContext) -> i32 {
         ackfilter::observe(&info);
     }
     TC_ACT_UNSPEC
+}
+
+/// The segmenter's filter (not direct-action: its verdict is "match" or "no match", and the
+/// filter's `mirred` action does the redirect). It matches the packets `shaper_egress` left to
+/// the segmenter, and the frames coming back from it: for those the action is skipped (the IFB
+/// marked them to skip tc actions once) and matching clears that mark, so it does not follow
+/// the frame to the next hop's receive path.
+#[classifier]
+pub fn shaper_segment(ctx: TcContext) -> i32 {
+    let Some(config) = CONFIG.get(0) else {
+        return segment::NO_MATCH;
+    };
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    let skb = unsafe { &*ctx.skb.skb };
+    if segment::wanted(skb, config) || segment::returning(skb, config) {
+        segment::MATCH
+    } else {
+        segment::NO_MATCH
+    }
 }
 
 /// The packet's DiffServ tin: from its fwmark when one is configured and set, else from its

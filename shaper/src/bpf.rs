@@ -1,5 +1,7 @@
 //! The embedded BPF object: loading, configuring, attaching, and reading its maps.
 
+use std::os::fd::{AsFd, BorrowedFd};
+
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, Map, MapData, PerCpuArray, ProgramArray},
@@ -67,6 +69,7 @@ impl Datapath {
         egress_program(&mut ebpf)?.load()?;
         install_tail_calls(&mut ebpf)?;
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
+        classifier(&mut ebpf, program_names::SEGMENT)?.load()?;
         log_verifier_cost(&mut ebpf);
         Ok(Self {
             ebpf,
@@ -88,6 +91,32 @@ impl Datapath {
             .map_err(map_err(map_names::CONFIG))?;
         self.config = *config;
         Ok(())
+    }
+
+    /// Turns the segmenter on (`Some((split_segs, ifb_ifindex))`, see
+    /// `ShaperConfig::split_gso_segs`) or off, keeping the rest of the configuration.
+    pub fn set_segmenter(&mut self, segmenter: Option<(u32, u32)>) -> Result<(), BpfError> {
+        let (split_gso_segs, segmenter_ifindex) = segmenter.unwrap_or((0, 0));
+        let config = ShaperConfig {
+            split_gso_segs,
+            segmenter_ifindex,
+            ..self.config
+        };
+        self.configure(&config)
+    }
+
+    /// The segmenter's classifier, loaded, for its filter (`segmenter`).
+    pub fn segment_program(&self) -> Result<BorrowedFd<'_>, BpfError> {
+        Ok(self.program(program_names::SEGMENT)?.fd()?.as_fd())
+    }
+
+    /// One of the loaded programs (`program_names`).
+    pub fn program(&self, name: &'static str) -> Result<&SchedClassifier, BpfError> {
+        self.ebpf
+            .program(name)
+            .ok_or(BpfError::Missing(name))?
+            .try_into()
+            .map_err(BpfError::Program)
     }
 
     /// The configuration the data path runs with.

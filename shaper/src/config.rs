@@ -222,6 +222,9 @@ pub struct Settings {
     pub ecn: bool,
     /// Lower the device's GSO limits at low rates (CAKE's `split-gso`).
     pub split_gso: bool,
+    /// Split GSO packets built elsewhere (forwarded, GRO) through the segmenter: with
+    /// `split_gso`, except on the ingress direction's IFB (see `segmenter`).
+    pub segmenter: bool,
     pub diffserv: Diffserv,
     /// Clear the DSCP after classification.
     pub wash: bool,
@@ -348,6 +351,7 @@ impl Settings {
             rtt_ns,
             ecn,
             split_gso,
+            segmenter: split_gso,
             diffserv,
             wash,
             fwmark_mask,
@@ -371,6 +375,7 @@ impl Settings {
     pub fn for_ingress(&self, ifb: &str) -> Option<Self> {
         self.ingress.as_deref().map(|s| Self {
             iface: ifb.to_string(),
+            segmenter: false,
             ..s.clone()
         })
     }
@@ -404,6 +409,8 @@ impl Settings {
             tins: self.diffserv.tins().len() as u32,
             wash: self.wash as u32,
             ack_filter: self.ack_filter as u32,
+            split_gso_segs: 0,
+            segmenter_ifindex: 0,
             _pad2: 0,
         }
     }

@@ -20,6 +20,7 @@ use crate::{
     probe,
     qdisc::{self, Snapshot},
     runtime::{self, AttachMode, InterfaceLock, State},
+    segmenter::{self, Segmenter, SegmenterState},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,7 @@ pub struct Deployment {
     state: State,
     /// What a previous, crashed shaper had set up for the ingress direction (to clean up).
     stale_ingress: Option<IngressState>,
+    segmenter: Option<Segmenter>,
     _lock: InterfaceLock,
     torn_down: bool,
 }
@@ -77,6 +79,9 @@ impl Deployment {
             Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
             None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
         };
+        if let Some(seg) = stale.as_ref().and_then(|s| s.segmenter.as_ref()) {
+            segmenter::clean_stale(&iface, seg)?;
+        }
         let mut datapath = Datapath::load(&settings.state)?;
         datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
 
@@ -157,20 +162,50 @@ impl Deployment {
             original,
             original_gso,
             ingress: None,
+            segmenter: None,
             maps: datapath.map_ids()?,
         };
-        let deployment = Self {
+        let mut deployment = Self {
             iface,
             datapath,
             state,
             stale_ingress: stale.and_then(|s| s.ingress),
+            segmenter: None,
             _lock: lock,
             torn_down: false,
         };
         // From here on, Drop undoes everything if writing the state fails.
         runtime::write_state(&deployment.iface, &deployment.state)?;
         info!("shaping {} ({:?} attach)", settings.describe(), mode);
+        if settings.segmenter
+            && let Some(split_segs) = GsoLimits::split_segs(settings.rate_bps)
+        {
+            deployment.start_segmenter(split_segs)?;
+        }
         Ok(deployment)
+    }
+
+    /// Puts the segmenter in place, recorded in the state file before it exists. One that
+    /// cannot be had is warned about: shaping goes on, with coarser bursts of forwarded
+    /// super-packets, as with a device that refuses lower GSO limits.
+    fn start_segmenter(&mut self, split_segs: u32) -> anyhow::Result<()> {
+        self.state.segmenter = Some(SegmenterState::planned(&self.iface));
+        runtime::write_state(&self.iface, &self.state)?;
+        match Segmenter::start(&self.iface, &mut self.datapath, split_segs) {
+            Ok(seg) => {
+                self.state.segmenter = Some(seg.state().clone());
+                self.segmenter = Some(seg);
+            }
+            Err(e) => {
+                warn!(
+                    "{}: GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
+                    self.iface.name
+                );
+                self.state.segmenter = None;
+            }
+        }
+        runtime::write_state(&self.iface, &self.state)?;
+        Ok(())
     }
 
     pub fn iface(&self) -> &Interface {
@@ -206,6 +241,9 @@ impl Deployment {
             return Ok(());
         }
         self.torn_down = true;
+        if let Some(seg) = self.segmenter.take() {
+            seg.stop(&mut self.datapath);
+        }
         let detached = self.datapath.detach();
         self.drain();
         let mut sock = Socket::open()?;

@@ -17,11 +17,9 @@ use tracing::{info, warn};
 use crate::{
     config::Settings,
     deploy::{self, Deployment},
-    link::{GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
-    netlink::{
-        Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_NEWTFILTER, Socket,
-        TCA_KIND, TCA_OPTIONS,
-    },
+    filter::{Filter, Hook, Matcher},
+    link::{self, GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
+    netlink::{NetlinkError, Socket},
     qdisc, runtime,
 };
 
@@ -56,30 +54,6 @@ pub enum IngressError {
     },
 }
 
-/// The redirect's filter priority: the last one consulted.
-const REDIRECT_PRIORITY: u32 = 0xFFFF;
-const ETH_P_ALL: u16 = 0x0003;
-/// clsact's ingress hook (TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)).
-const CLSACT_INGRESS: u32 = 0xFFFF_FFF2;
-const TCA_MATCHALL_ACTIONS: u16 = 2;
-const TCA_ACT_KIND: u16 = 1;
-const TCA_ACT_OPTIONS: u16 = 2;
-const TCA_MIRRED_PARMS: u16 = 2;
-const TCA_EGRESS_REDIR: i32 = 1;
-const TC_ACT_STOLEN: i32 = 4;
-/// Enough IFB queues that the ingress direction is not one qdisc lock for every CPU.
-const MAX_IFB_QUEUES: u32 = 16;
-
-/// The IFB's name: sqm-scripts' `ifb4<iface>` where it fits in 15 bytes.
-fn ifb_name(iface: &Interface) -> String {
-    let name = format!("ifb4{}", iface.name);
-    if name.len() <= 15 {
-        name
-    } else {
-        format!("ifb4i{}", iface.ifindex)
-    }
-}
-
 pub struct Ingress {
     iface: Interface,
     settings: Settings,
@@ -105,7 +79,7 @@ impl Ingress {
     /// for its ingress is cleaned up either way.
     pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<Option<Self>> {
         let stale = egress.take_stale_ingress();
-        let Some(settings) = settings.for_ingress(&ifb_name(egress.iface())) else {
+        let Some(settings) = settings.for_ingress(&link::ifb_name("ifb4", egress.iface())) else {
             if let Some(stale) = stale {
                 clean_stale(egress.iface(), &stale)?;
             }
@@ -138,11 +112,9 @@ impl Ingress {
             }
             .into());
         }
-        let queues = std::thread::available_parallelism()
-            .map_or(1, |n| n.get() as u32)
-            .min(MAX_IFB_QUEUES);
+        let queues = link::ifb_queues();
         let mtu = iface.mtu(&mut sock)?;
-        let ifb = Interface::create_ifb(&mut sock, &name, mtu, queues).map_err(|source| {
+        let ifb = Interface::create_ifb(&mut sock, &name, mtu, queues, None).map_err(|source| {
             IngressError::Ifb {
                 ifb: name.clone(),
                 source,
@@ -167,13 +139,13 @@ impl Ingress {
             deploy::ensure_clsact(&mut sock, iface)?;
             ingress.state.clsact_added = true;
         }
-        add_redirect(&mut sock, iface.ifindex, ifb_index).map_err(|source| {
-            IngressError::Redirect {
+        redirect(iface)
+            .add_redirect(&mut sock, Matcher::All, ifb_index)
+            .map_err(|source| IngressError::Redirect {
                 iface: iface.name.clone(),
                 ifb: name.clone(),
                 source,
-            }
-        })?;
+            })?;
         if let Some(plan) = plan_limits::<GroLimits>(
             &mut sock,
             iface,
@@ -213,7 +185,7 @@ impl Ingress {
             if let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex) {
                 warn!("removing clsact from {}: {e}", self.iface.name);
             }
-        } else if let Err(e) = delete_redirect(&mut sock, self.iface.ifindex)
+        } else if let Err(e) = redirect(&self.iface).delete(&mut sock)
             // Not there: `apply` failed before adding it.
             && e.errno() != Some(libc::ENOENT)
         {
@@ -245,7 +217,7 @@ fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     if stale.clsact_added {
         let _ = qdisc::delete_clsact(sock, iface.ifindex);
     } else {
-        let _ = delete_redirect(sock, iface.ifindex);
+        let _ = redirect(iface).delete(sock);
     }
     if let Ok(ifb) = Interface::lookup(&stale.ifb)
         && ifb.kind(sock).is_ok_and(|k| k == "ifb")
@@ -257,50 +229,7 @@ fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn redirect_filter(ifindex: u32) -> Vec<u8> {
-    let info = (REDIRECT_PRIORITY << 16) | u32::from(ETH_P_ALL.to_be());
-    qdisc::tcmsg_info(ifindex, 0, CLSACT_INGRESS, info)
-}
-
-/// `tc filter add dev IF ingress prio 65535 matchall action mirred egress redirect dev IFB`.
-fn add_redirect(sock: &mut Socket, ifindex: u32, to_ifindex: u32) -> Result<(), NetlinkError> {
-    // struct tc_mirred: tc_gen (index, capab, action, refcnt, bindcnt), eaction, ifindex.
-    let mut parms = Vec::with_capacity(28);
-    for v in [
-        0i32,
-        0,
-        TC_ACT_STOLEN,
-        0,
-        0,
-        TCA_EGRESS_REDIR,
-        to_ifindex as i32,
-    ] {
-        parms.extend_from_slice(&v.to_ne_bytes());
-    }
-    let mut mirred = Attrs::default();
-    mirred.put(TCA_MIRRED_PARMS, &parms);
-    let mut action = Attrs::default();
-    action
-        .put_str(TCA_ACT_KIND, "mirred")
-        .put(TCA_ACT_OPTIONS, &mirred.0);
-    let mut actions = Attrs::default();
-    actions.put(1, &action.0);
-    let mut options = Attrs::default();
-    options.put(TCA_MATCHALL_ACTIONS, &actions.0);
-    let mut attrs = Attrs::default();
-    attrs
-        .put_str(TCA_KIND, "matchall")
-        .put(TCA_OPTIONS, &options.0);
-    let mut body = redirect_filter(ifindex);
-    body.extend_from_slice(&attrs.0);
-    sock.request(RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL, &body)
-        .map(drop)
-}
-
-fn delete_redirect(sock: &mut Socket, ifindex: u32) -> Result<(), NetlinkError> {
-    let mut attrs = Attrs::default();
-    attrs.put_str(TCA_KIND, "matchall");
-    let mut body = redirect_filter(ifindex);
-    body.extend_from_slice(&attrs.0);
-    sock.request(RTM_DELTFILTER, 0, &body).map(drop)
+/// The redirect: the last filter of the interface's ingress.
+fn redirect(iface: &Interface) -> Filter {
+    Filter::matchall(iface.ifindex, Hook::Ingress)
 }

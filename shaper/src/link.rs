@@ -9,8 +9,8 @@ use tracing::{info, warn};
 use crate::netlink::{
     Attrs, IFLA_GRO_IPV4_MAX_SIZE, IFLA_GRO_MAX_SIZE, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE,
     IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_MTU, IFLA_NUM_RX_QUEUES, IFLA_NUM_TX_QUEUES,
-    NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK, Socket,
-    parse_attrs,
+    IFLA_TXQLEN, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK,
+    Socket, parse_attrs,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -123,12 +123,14 @@ impl Interface {
         Ok(kind.unwrap_or_default())
     }
 
-    /// Creates an IFB device with `queues` TX and RX queues and this MTU, and brings it up.
+    /// Creates an IFB device with `queues` TX and RX queues, this MTU and transmit queue length
+    /// (`None`: the IFB's default), and brings it up.
     pub fn create_ifb(
         sock: &mut Socket,
         name: &str,
         mtu: u32,
         queues: u32,
+        txqlen: Option<u32>,
     ) -> Result<Self, LinkError> {
         let netlink = |source| LinkError::Netlink {
             iface: name.to_string(),
@@ -143,6 +145,9 @@ impl Interface {
             .put_u32(IFLA_NUM_TX_QUEUES, queues)
             .put_u32(IFLA_NUM_RX_QUEUES, queues)
             .put(IFLA_LINKINFO, &info.0);
+        if let Some(len) = txqlen {
+            attrs.put_u32(IFLA_TXQLEN, len);
+        }
         let mut body = vec![0u8; 16];
         body[0] = libc::AF_UNSPEC as u8;
         body.extend_from_slice(&attrs.0);
@@ -212,6 +217,27 @@ fn link_attrs(replies: &[Vec<u8>]) -> impl Iterator<Item = (u16, u16, &[u8])> {
         .flat_map(|r| parse_attrs(&r[16..]))
 }
 
+/// Enough IFB queues that a direction through an IFB is not one qdisc lock for every CPU.
+const MAX_IFB_QUEUES: u32 = 16;
+
+/// The name of an IFB serving `iface`: `<prefix><iface>` where it fits in 15 bytes (as
+/// sqm-scripts' `ifb4<iface>`), else `<prefix>i<ifindex>`.
+pub fn ifb_name(prefix: &str, iface: &Interface) -> String {
+    let name = format!("{prefix}{}", iface.name);
+    if name.len() <= 15 {
+        name
+    } else {
+        format!("{prefix}i{}", iface.ifindex)
+    }
+}
+
+/// How many queues shaper gives an IFB device: one per CPU, up to [`MAX_IFB_QUEUES`].
+pub fn ifb_queues() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get() as u32)
+        .min(MAX_IFB_QUEUES)
+}
+
 /// Largest GSO packet the kernel builds by default (without BIG TCP).
 const GSO_MAX_BYTES: u32 = 65_536;
 
@@ -260,6 +286,13 @@ impl GsoLimits {
             max_segs: segs.min(current.max_segs),
         };
         (wanted != current).then_some(wanted)
+    }
+
+    /// The most segments a GSO packet may have to be stamped whole at `rate_bps` (the budget in
+    /// frames, at least one); larger ones, built elsewhere, go through the segmenter. `None`
+    /// where the budget holds the largest GSO packet: nothing to split.
+    pub fn split_segs(rate_bps: u64) -> Option<u32> {
+        Self::for_rate(rate_bps, Self::UNKNOWN).map(|l| l.max_segs)
     }
 
     /// Wire bytes of the largest packet a device with these limits sends, for frames of

@@ -39,6 +39,7 @@ pub const TCA_OPTIONS: u16 = 2;
 pub const TCA_STAB: u16 = 8;
 pub const IFLA_IFNAME: u16 = 3;
 pub const IFLA_MTU: u16 = 4;
+pub const IFLA_TXQLEN: u16 = 13;
 pub const IFLA_LINKINFO: u16 = 18;
 pub const IFLA_INFO_KIND: u16 = 1;
 pub const IFLA_NUM_TX_QUEUES: u16 = 31;

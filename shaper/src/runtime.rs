@@ -20,6 +20,7 @@ use crate::{
     ingress::IngressState,
     link::{GsoLimits, Interface},
     qdisc::Snapshot,
+    segmenter::SegmenterState,
 };
 
 pub const DEFAULT_RUN_DIR: &str = "/run/shaper";
@@ -83,6 +84,9 @@ pub struct State {
     /// The ingress direction's IFB and redirect (`--ingress-rate`), undone on exit.
     #[serde(default)]
     pub ingress: Option<IngressState>,
+    /// The segmenter's IFB and filter (`segmenter`), undone on exit.
+    #[serde(default)]
+    pub segmenter: Option<SegmenterState>,
     pub maps: MapIds,
 }
 

@@ -41,6 +41,10 @@ pub struct Report {
     pub ecn_marked: u64,
     /// Packets of sparse flows, sent at once ahead of the bulk flows.
     pub sparse: u64,
+    /// GSO packets built elsewhere sent through the segmenter (their frames are counted in
+    /// `packets` when they come back), and the segmenter's IFB.
+    pub segmented: u64,
+    pub segmenter_ifb: Option<String>,
     /// Frames by scheduled delay (departure minus stamping time): what each waited in fq.
     pub delay_hist: Vec<DelayBucket>,
     /// The median and 99th percentile of that delay, as the upper bound of their bucket (µs).
@@ -131,6 +135,8 @@ impl Report {
             backlog_ns: view.backlog_ns,
             ecn_marked: view.stats.ecn_marked,
             sparse: view.stats.sparse,
+            segmented: view.stats.segmented,
+            segmenter_ifb: state.segmenter.as_ref().map(|s| s.ifb.clone()),
             delay_hist: view
                 .stats
                 .delay_hist
@@ -176,7 +182,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -188,6 +194,13 @@ impl Report {
             self.packets,
             self.bytes,
             self.sparse,
+            match &self.segmenter_ifb {
+                Some(ifb) => format!(
+                    "  segmented: {} super-packets split into frames on {ifb} before shaping\n",
+                    self.segmented
+                ),
+                None => String::new(),
+            },
             self.backlog_ns as f64 / 1e6,
             show_us(self.delay_p50_us),
             show_us(self.delay_p99_us),

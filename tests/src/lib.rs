@@ -9,7 +9,7 @@ use shaper::{
     bpf::{Datapath, DatapathView},
     config::StateParams,
 };
-use shaper_common::datapath::ShaperConfig;
+use shaper_common::datapath::{ShaperConfig, program_names};
 
 /// TC_ACT_UNSPEC as the kernel returns it (u32): "continue", what shaper returns to let a
 /// packet through.
@@ -67,10 +67,27 @@ impl Harness {
         ctx: &skb::SkbContext,
         repeat: u32,
     ) -> (Outcome, f64) {
+        self.run_program(program_names::EGRESS, packet, ctx, repeat)
+    }
+
+    /// Runs the segmenter's classifier once: its verdict (-1 as u32: match, 0: no match).
+    pub fn run_segment(&mut self, packet: &[u8], ctx: &skb::SkbContext) -> u32 {
+        self.run_program(program_names::SEGMENT, packet, ctx, 1)
+            .0
+            .verdict
+    }
+
+    fn run_program(
+        &mut self,
+        name: &'static str,
+        packet: &[u8],
+        ctx: &skb::SkbContext,
+        repeat: u32,
+    ) -> (Outcome, f64) {
         let mut data_out = vec![0u8; packet.len() + 256];
         let mut ctx_out = skb::SkbContext::default();
         let result = {
-            let program = self.datapath.egress().expect("egress program");
+            let program = self.datapath.program(name).expect("a loaded program");
             program
                 .test_run(TestRunOptions {
                     data_in: Some(packet),
@@ -82,7 +99,7 @@ impl Harness {
                 })
                 .unwrap_or_else(|e| {
                     panic!(
-                        "BPF_PROG_TEST_RUN on a {}-byte frame, ctx {ctx:?}: {e}",
+                        "BPF_PROG_TEST_RUN of {name} on a {}-byte frame, ctx {ctx:?}: {e}",
                         packet.len()
                     )
                 })

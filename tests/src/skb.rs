@@ -3,6 +3,7 @@
 
 const SIZE: usize = 192;
 const OFF_MARK: usize = 8;
+const OFF_INGRESS_IFINDEX: usize = 36;
 const OFF_TSTAMP: usize = 152;
 const OFF_WIRE_LEN: usize = 160;
 const OFF_GSO_SEGS: usize = 164;
@@ -46,6 +47,12 @@ impl SkbContext {
     /// `skb->mark` (the fwmark).
     pub fn with_mark(mut self, mark: u32) -> Self {
         self.set_u32(OFF_MARK, mark);
+        self
+    }
+    /// `skb->skb_iif`: the device the packet came in by (a forwarded packet's), or the IFB
+    /// that handed it back.
+    pub fn with_ingress_ifindex(mut self, ifindex: u32) -> Self {
+        self.set_u32(OFF_INGRESS_IFINDEX, ifindex);
         self
     }
     pub fn wire_len(&self) -> u32 {

@@ -24,6 +24,7 @@ const VM_SCRIPTS: &[&str] = &[
     "tests/vm/e2e-rate.sh",
     "tests/vm/e2e-restore.sh",
     "tests/vm/e2e-ingress.sh",
+    "tests/vm/e2e-forward.sh",
 ];
 
 #[derive(clap::Args)]

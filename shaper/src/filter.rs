@@ -1,0 +1,162 @@
+//! The tc filters shaper adds by netlink itself, beside the programs aya attaches: the ingress
+//! redirect to the IFB (`matchall` + `mirred`) and the segmenter's (a classifier program that
+//! is not direct-action, + `mirred`). Each sits at the lowest priority of its clsact hook, so
+//! shaper's programs and anyone else's filters see a packet first.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use crate::{
+    netlink::{
+        Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_NEWTFILTER, Socket,
+        TCA_KIND, TCA_OPTIONS,
+    },
+    qdisc,
+};
+
+/// The last priority consulted.
+pub const LAST_PRIORITY: u32 = 0xFFFF;
+const ETH_P_ALL: u16 = 0x0003;
+/// clsact's hooks (TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS / TC_H_MIN_EGRESS)).
+const CLSACT_INGRESS: u32 = 0xFFFF_FFF2;
+const CLSACT_EGRESS: u32 = 0xFFFF_FFF3;
+const TCA_MATCHALL_ACTIONS: u16 = 2;
+const TCA_BPF_ACT: u16 = 1;
+const TCA_BPF_FD: u16 = 6;
+const TCA_BPF_NAME: u16 = 7;
+const TCA_BPF_FLAGS: u16 = 8;
+const TCA_ACT_KIND: u16 = 1;
+const TCA_ACT_OPTIONS: u16 = 2;
+const TCA_MIRRED_PARMS: u16 = 2;
+const TCA_EGRESS_REDIR: i32 = 1;
+const TC_ACT_STOLEN: i32 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Ingress,
+    Egress,
+}
+
+/// A filter of one kind at one priority of an interface's clsact hook.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    pub ifindex: u32,
+    pub hook: Hook,
+    pub priority: u32,
+    pub kind: &'static str,
+}
+
+/// What a filter matches: everything, or what a classifier program says.
+pub enum Matcher<'a> {
+    All,
+    /// A program in classid mode (returns -1 to match, 0 not to), named for `tc filter show`.
+    Program {
+        fd: BorrowedFd<'a>,
+        name: &'a str,
+    },
+}
+
+impl Matcher<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::All => "matchall",
+            Self::Program { .. } => "bpf",
+        }
+    }
+}
+
+impl Filter {
+    fn at_last_priority(ifindex: u32, hook: Hook, kind: &'static str) -> Self {
+        Self {
+            ifindex,
+            hook,
+            priority: LAST_PRIORITY,
+            kind,
+        }
+    }
+
+    pub fn matchall(ifindex: u32, hook: Hook) -> Self {
+        Self::at_last_priority(ifindex, hook, Matcher::All.kind())
+    }
+
+    pub fn program(ifindex: u32, hook: Hook) -> Self {
+        Self::at_last_priority(ifindex, hook, "bpf")
+    }
+
+    fn tcmsg(&self) -> Vec<u8> {
+        let parent = match self.hook {
+            Hook::Ingress => CLSACT_INGRESS,
+            Hook::Egress => CLSACT_EGRESS,
+        };
+        let info = (self.priority << 16) | u32::from(ETH_P_ALL.to_be());
+        qdisc::tcmsg_info(self.ifindex, 0, parent, info)
+    }
+
+    /// `tc filter add dev IF {ingress|egress} prio P {matchall | bpf obj ...} action mirred
+    /// egress redirect dev TO`: what matches leaves by `to_ifindex`'s transmit path.
+    pub fn add_redirect(
+        &self,
+        sock: &mut Socket,
+        matcher: Matcher,
+        to_ifindex: u32,
+    ) -> Result<(), NetlinkError> {
+        debug_assert_eq!(matcher.kind(), self.kind);
+        let actions = mirred_redirect(to_ifindex);
+        let mut options = Attrs::default();
+        match matcher {
+            Matcher::All => {
+                options.put(TCA_MATCHALL_ACTIONS, &actions.0);
+            }
+            Matcher::Program { fd, name } => {
+                options
+                    .put(TCA_BPF_ACT, &actions.0)
+                    .put_u32(TCA_BPF_FD, fd.as_raw_fd() as u32)
+                    .put_str(TCA_BPF_NAME, name)
+                    // Not TCA_BPF_FLAG_ACT_DIRECT: the program's verdict is a class, the
+                    // actions run on a match.
+                    .put_u32(TCA_BPF_FLAGS, 0);
+            }
+        }
+        let mut attrs = Attrs::default();
+        attrs
+            .put_str(TCA_KIND, self.kind)
+            .put(TCA_OPTIONS, &options.0);
+        let mut body = self.tcmsg();
+        body.extend_from_slice(&attrs.0);
+        sock.request(RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL, &body)
+            .map(drop)
+    }
+
+    pub fn delete(&self, sock: &mut Socket) -> Result<(), NetlinkError> {
+        let mut attrs = Attrs::default();
+        attrs.put_str(TCA_KIND, self.kind);
+        let mut body = self.tcmsg();
+        body.extend_from_slice(&attrs.0);
+        sock.request(RTM_DELTFILTER, 0, &body).map(drop)
+    }
+}
+
+/// An action list of one `mirred egress redirect dev TO`.
+fn mirred_redirect(to_ifindex: u32) -> Attrs {
+    // struct tc_mirred: tc_gen (index, capab, action, refcnt, bindcnt), eaction, ifindex.
+    let mut parms = Vec::with_capacity(28);
+    for v in [
+        0i32,
+        0,
+        TC_ACT_STOLEN,
+        0,
+        0,
+        TCA_EGRESS_REDIR,
+        to_ifindex as i32,
+    ] {
+        parms.extend_from_slice(&v.to_ne_bytes());
+    }
+    let mut mirred = Attrs::default();
+    mirred.put(TCA_MIRRED_PARMS, &parms);
+    let mut action = Attrs::default();
+    action
+        .put_str(TCA_ACT_KIND, "mirred")
+        .put(TCA_ACT_OPTIONS, &mirred.0);
+    let mut actions = Attrs::default();
+    actions.put(1, &action.0);
+    actions
+}

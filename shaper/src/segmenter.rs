@@ -1,0 +1,213 @@
+//! The segmenter: CAKE's split-gso for GSO packets shaper's device did not build.
+//!
+//! shaper lowers its device's GSO limits at low rates so that local TCP builds packets of at
+//! most the budget's wire time (`link::GsoLimits`). Packets built elsewhere arrive whole: a
+//! neighbour's TSO through a veth or a bridge, GRO on the router's receiving NIC. One 64 KB
+//! super-packet gets one departure time and fq releases it at once, 17 ms of wire time at
+//! 30 Mbit/s that the next bottleneck (a modem) queues in front of everything else. The
+//! kernel would segment it anyway, but only when the device transmits it, after fq.
+//!
+//! BPF cannot segment. So the data path leaves such a packet unstamped, and a filter after it
+//! (`shaper_segment` + `mirred`) sends it to an IFB whose GSO limit is one segment: the IFB's
+//! transmit path segments it, and the IFB hands each frame back to this device's transmit
+//! path, where the data path stamps it like any other. The frames of one super-packet leave
+//! paced, interleaved with other flows, as CAKE's split-gso makes them.
+//!
+//! Not on an IFB itself (the ingress direction): a packet the segmenter hands back is no
+//! longer marked as redirected, and an IFB drops what was not redirected to it.
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::{
+    bpf::Datapath,
+    deploy,
+    filter::{Filter, Hook, Matcher},
+    link::{self, GsoLimits, Interface, LinkError},
+    netlink::{NetlinkError, Socket},
+    qdisc,
+};
+use shaper_common::datapath::program_names;
+
+/// What the segmenter set up, in the interface's state file, so that exit (or the next shaper,
+/// after a crash) undoes exactly that.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmenterState {
+    pub ifb: String,
+    /// shaper added clsact to the interface for the segmenter's filter (TCX attach needs none
+    /// of its own) and removes it on exit.
+    pub clsact_added: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SegmenterError {
+    #[error("{ifb} already exists and is not a leftover of shaper on {iface}")]
+    IfbExists { ifb: String, iface: String },
+    #[error("creating the IFB device {ifb}: {source} (needs CONFIG_IFB)")]
+    Ifb { ifb: String, source: LinkError },
+    #[error(
+        "adding the segmenter's filter to {iface}: {source} (needs the bpf classifier and the mirred action: CONFIG_NET_CLS_BPF, CONFIG_NET_ACT_MIRRED)"
+    )]
+    Filter { iface: String, source: NetlinkError },
+}
+
+/// Room in each IFB queue for the frames of many super-packets (a 64 KB one is 44): the IFB
+/// stops its queue at this length, and packets then wait in its qdisc.
+const IFB_TXQLEN: u32 = 1000;
+
+/// Long enough for the IFB's queues to hand back what they hold (they run in softirq, within
+/// microseconds) before it is deleted.
+const DRAIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+pub struct Segmenter {
+    iface: Interface,
+    ifb: Interface,
+    state: SegmenterState,
+    /// Removed (by `stop`, or by `Drop` after a failed start or a panic).
+    removed: bool,
+}
+
+impl SegmenterState {
+    /// Recorded before anything is set up, so that a crash half-way leaves a record of the IFB.
+    pub fn planned(iface: &Interface) -> Self {
+        Self {
+            ifb: link::ifb_name("seg4", iface),
+            clsact_added: false,
+        }
+    }
+}
+
+impl Segmenter {
+    /// Splits `iface`'s GSO packets of more than `split_segs` segments before `datapath`
+    /// stamps them. Either completes or undoes its own steps.
+    pub fn start(
+        iface: &Interface,
+        datapath: &mut Datapath,
+        split_segs: u32,
+    ) -> anyhow::Result<Self> {
+        let mut sock = Socket::open()?;
+        let state = SegmenterState::planned(iface);
+        if Interface::lookup(&state.ifb).is_ok() {
+            return Err(SegmenterError::IfbExists {
+                ifb: state.ifb,
+                iface: iface.name.clone(),
+            }
+            .into());
+        }
+        let mtu = iface.mtu(&mut sock)?;
+        let ifb = Interface::create_ifb(
+            &mut sock,
+            &state.ifb,
+            mtu,
+            link::ifb_queues(),
+            Some(IFB_TXQLEN),
+        )
+        .map_err(|source| SegmenterError::Ifb {
+            ifb: state.ifb.clone(),
+            source,
+        })?;
+        let mut segmenter = Self {
+            iface: iface.clone(),
+            ifb,
+            state,
+            removed: false,
+        };
+        // From here on, Drop undoes what is recorded in `state`.
+        segmenter.ifb.set_gso_limits(
+            &mut sock,
+            GsoLimits {
+                max_size: GsoLimits::UNKNOWN.max_size,
+                max_segs: 1,
+            },
+        )?;
+        if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
+            deploy::ensure_clsact(&mut sock, iface)?;
+            segmenter.state.clsact_added = true;
+        }
+        let program = Matcher::Program {
+            fd: datapath.segment_program()?,
+            name: program_names::SEGMENT,
+        };
+        filter(iface)
+            .add_redirect(&mut sock, program, segmenter.ifb.ifindex)
+            .map_err(|source| SegmenterError::Filter {
+                iface: iface.name.clone(),
+                source,
+            })?;
+        datapath.set_segmenter(Some((split_segs, segmenter.ifb.ifindex)))?;
+        info!(
+            "{}: GSO packets of more than {split_segs} segments are split on {} before shaping",
+            iface.name, segmenter.ifb.name
+        );
+        Ok(segmenter)
+    }
+
+    pub fn state(&self) -> &SegmenterState {
+        &self.state
+    }
+
+    /// Sends no more packets to the segmenter, lets it hand back what it holds, removes it.
+    pub fn stop(mut self, datapath: &mut Datapath) {
+        if let Err(e) = datapath.set_segmenter(None) {
+            warn!("turning the segmenter of {} off: {e}", self.iface.name);
+        }
+        self.undo();
+    }
+
+    fn undo(&mut self) {
+        if std::mem::replace(&mut self.removed, true) {
+            return;
+        }
+        let mut sock = match Socket::open() {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("removing the segmenter of {}: {e}", self.iface.name);
+                return;
+            }
+        };
+        remove(&mut sock, &self.iface, &self.state);
+        std::thread::sleep(DRAIN);
+        if let Err(e) = self.ifb.delete(&mut sock) {
+            warn!("deleting {}: {e}", self.ifb.name);
+        }
+    }
+}
+
+impl Drop for Segmenter {
+    fn drop(&mut self) {
+        // Not stopped (a failed start, a panic): the data path goes away with its owner.
+        self.undo();
+    }
+}
+
+/// Undoes a crashed shaper's segmenter: its filter, its IFB.
+pub fn clean_stale(iface: &Interface, stale: &SegmenterState) -> anyhow::Result<()> {
+    let sock = &mut Socket::open()?;
+    remove(sock, iface, stale);
+    if let Ok(ifb) = Interface::lookup(&stale.ifb)
+        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
+    {
+        warn!("removing {} left by a previous shaper", ifb.name);
+        let _ = ifb.delete(sock);
+    }
+    Ok(())
+}
+
+/// Removes the filter (or the clsact shaper added for it).
+fn remove(sock: &mut Socket, iface: &Interface, state: &SegmenterState) {
+    let removed = if state.clsact_added {
+        qdisc::delete_clsact(sock, iface.ifindex)
+    } else {
+        filter(iface).delete(sock)
+    };
+    if let Err(e) = removed
+        && e.errno() != Some(libc::ENOENT)
+    {
+        warn!("removing the segmenter's filter from {}: {e}", iface.name);
+    }
+}
+
+/// The segmenter's filter: the last of the interface's egress.
+fn filter(iface: &Interface) -> Filter {
+    Filter::program(iface.ifindex, Hook::Egress)
+}
