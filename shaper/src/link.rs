@@ -256,6 +256,16 @@ const FRAME_BYTES: u32 = 1_500 + ETH_HEADER_BYTES;
 /// 1 Gbit/s, unchanged above 4 Gbit/s.
 pub const GSO_BUDGET_NS: u64 = 125_000;
 
+/// The longest burst a packet built elsewhere may make, stamped whole: longer ones are split
+/// into frames by the segmenter (see `segmenter`). Not [`GSO_BUDGET_NS`]: that bounds the
+/// queue local TCP keeps per flow, two packets of the flow's own building, and costs nothing
+/// (TCP builds smaller packets). A forwarded packet's burst only delays what follows it into the
+/// next bottleneck, by at most this; splitting costs a software segmentation and a pass
+/// through an IFB per frame, which at high rates is CPU better spent elsewhere. 1 ms splits
+/// every super-packet at 10 Mbit/s, those over 4 frames at 50 Mbit/s, over 23 at 280 Mbit/s,
+/// none from 524 Mbit/s (CAKE: all of them below 1 Gbit/s, where 64 KB is 0.5 ms).
+pub const SEGMENT_BURST_NS: u64 = 1_000_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GsoLimits {
     pub max_size: u32,
@@ -288,11 +298,13 @@ impl GsoLimits {
         (wanted != current).then_some(wanted)
     }
 
-    /// The most segments a GSO packet may have to be stamped whole at `rate_bps` (the budget in
-    /// frames, at least one); larger ones, built elsewhere, go through the segmenter. `None`
-    /// where the budget holds the largest GSO packet: nothing to split.
+    /// The most segments a packet built elsewhere (forwarded TSO, GRO) may have to be stamped
+    /// whole at `rate_bps`: [`SEGMENT_BURST_NS`] of wire time in frames, at least one; larger
+    /// ones go through the segmenter. `None` where that holds the largest GSO packet.
     pub fn split_segs(rate_bps: u64) -> Option<u32> {
-        Self::for_rate(rate_bps, Self::UNKNOWN).map(|l| l.max_segs)
+        let burst = bytes_in(rate_bps, SEGMENT_BURST_NS);
+        (burst < GSO_MAX_BYTES as u64)
+            .then(|| (burst / FRAME_BYTES as u64).clamp(1, u16::MAX as u64) as u32)
     }
 
     /// Wire bytes of the largest packet a device with these limits sends, for frames of
@@ -309,7 +321,11 @@ impl GsoLimits {
 
 /// Bytes of wire time [`GSO_BUDGET_NS`] holds at `rate_bps`.
 fn budget_bytes(rate_bps: u64) -> u64 {
-    (rate_bps as u128 * GSO_BUDGET_NS as u128 / 8_000_000_000) as u64
+    bytes_in(rate_bps, GSO_BUDGET_NS)
+}
+
+fn bytes_in(rate_bps: u64, ns: u64) -> u64 {
+    (rate_bps as u128 * ns as u128 / 8_000_000_000) as u64
 }
 
 /// How large a packet the device's receive path (GRO) may build from one flow's segments.
@@ -465,6 +481,16 @@ mod tests {
     use super::*;
 
     const DEFAULT: GsoLimits = GsoLimits::UNKNOWN;
+
+    #[test]
+    fn forwarded_packets_are_split_over_a_millisecond_of_wire_time() {
+        assert_eq!(GsoLimits::split_segs(10_000_000), Some(1));
+        assert_eq!(GsoLimits::split_segs(50_000_000), Some(4));
+        assert_eq!(GsoLimits::split_segs(280_000_000), Some(23));
+        assert_eq!(GsoLimits::split_segs(500_000_000), Some(41));
+        assert_eq!(GsoLimits::split_segs(525_000_000), None);
+        assert_eq!(GsoLimits::split_segs(10_000_000_000), None);
+    }
 
     #[test]
     fn gso_is_limited_to_the_budget_at_the_rate() {
