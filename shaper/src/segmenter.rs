@@ -7,7 +7,8 @@
 //! 30 Mbit/s that the next bottleneck (a modem) queues in front of everything else. The
 //! kernel would segment it anyway, but only when the device transmits it, after fq.
 //!
-//! BPF cannot segment. So the data path leaves such a packet unstamped, and a filter after it
+//! BPF cannot segment. So the data path leaves such a packet (one longer than
+//! `link::SEGMENT_BURST_NS` on the wire) unstamped, and a filter after it
 //! (`shaper_segment` + `mirred`) sends it to an IFB whose GSO limit is one segment: the IFB's
 //! transmit path segments it, and the IFB hands each frame back to this device's transmit
 //! path, where the data path stamps it like any other. The frames of one super-packet leave
