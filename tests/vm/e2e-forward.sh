@@ -75,18 +75,7 @@ r1_state() {
 }
 
 router_start() {
-	# Not through `run`: $! must be shaper's own process (shaper_stop signals it).
-	ip netns exec rtr shaper run --iface r1 "$@" >/tmp/shaper.log 2>&1 &
-	SHAPER_PID=$!
-	i=0
-	while ! run rtr shaper stats --iface r1 >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ $i -gt 100 ] || ! kill -0 "$SHAPER_PID" 2>/dev/null; then
-			cat /tmp/shaper.log >&2
-			fail "shaper did not start on the router"
-		fi
-		sleep 0.1
-	done
+	shaper_start_in rtr r1 --iface r1 "$@"
 }
 
 # measure: a 4-flow download from srv to cli (forwarded by rtr) into $goodput, then cli's ping

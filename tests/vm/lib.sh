@@ -62,16 +62,23 @@ qdisc_state() {
 SHAPER_PID=
 
 # shaper_start ARGS...: runs `shaper run ARGS` in src in the background and waits until it
-# reports (via `shaper stats`) that it is shaping.
+# reports (via `shaper stats`) that it is shaping s0.
 shaper_start() {
-	ip netns exec "$SRC" shaper run "$@" >/tmp/shaper.log 2>&1 &
+	shaper_start_in "$SRC" s0 "$@"
+}
+
+# shaper_start_in NS IF ARGS...: the same in namespace NS, waiting for interface IF.
+shaper_start_in() {
+	start_ns=$1 start_dev=$2
+	shift 2
+	ip netns exec "$start_ns" shaper run "$@" >/tmp/shaper.log 2>&1 &
 	SHAPER_PID=$!
 	i=0
-	while ! ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1; do
+	while ! ip netns exec "$start_ns" shaper stats --iface "$start_dev" >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ $i -gt 100 ] || ! kill -0 "$SHAPER_PID" 2>/dev/null; then
 			cat /tmp/shaper.log >&2
-			fail "shaper did not start"
+			fail "shaper did not start on $start_dev"
 		fi
 		sleep 0.1
 	done
