@@ -176,11 +176,6 @@ impl Datapath {
         egress_program(&mut self.ebpf)
     }
 
-    /// The ingress observer (for tests; `attach_ingress` attaches it).
-    pub fn ingress(&mut self) -> Result<&mut SchedClassifier, BpfError> {
-        classifier(&mut self.ebpf, program_names::INGRESS)
-    }
-
     /// Attaches at egress: a TCX link, or (kernels < 6.6) a netlink filter under clsact, which
     /// the caller must have put in place.
     pub fn attach_egress(&mut self, iface: &str, mode: AttachMode) -> Result<(), BpfError> {

@@ -36,12 +36,11 @@ pub enum Hook {
     Egress,
 }
 
-/// A filter of one kind at one priority of an interface's clsact hook.
+/// A filter of one kind at the last priority of an interface's clsact hook.
 #[derive(Debug, Clone, Copy)]
 pub struct Filter {
     pub ifindex: u32,
     pub hook: Hook,
-    pub priority: u32,
     pub kind: &'static str,
 }
 
@@ -65,21 +64,20 @@ impl Matcher<'_> {
 }
 
 impl Filter {
-    fn at_last_priority(ifindex: u32, hook: Hook, kind: &'static str) -> Self {
+    pub fn matchall(ifindex: u32, hook: Hook) -> Self {
         Self {
             ifindex,
             hook,
-            priority: LAST_PRIORITY,
-            kind,
+            kind: "matchall",
         }
     }
 
-    pub fn matchall(ifindex: u32, hook: Hook) -> Self {
-        Self::at_last_priority(ifindex, hook, Matcher::All.kind())
-    }
-
     pub fn program(ifindex: u32, hook: Hook) -> Self {
-        Self::at_last_priority(ifindex, hook, "bpf")
+        Self {
+            ifindex,
+            hook,
+            kind: "bpf",
+        }
     }
 
     fn tcmsg(&self) -> Vec<u8> {
@@ -87,7 +85,7 @@ impl Filter {
             Hook::Ingress => CLSACT_INGRESS,
             Hook::Egress => CLSACT_EGRESS,
         };
-        let info = (self.priority << 16) | u32::from(ETH_P_ALL.to_be());
+        let info = (LAST_PRIORITY << 16) | u32::from(ETH_P_ALL.to_be());
         qdisc::tcmsg_info(self.ifindex, 0, parent, info)
     }
 
@@ -126,7 +124,21 @@ impl Filter {
             .map(drop)
     }
 
-    pub fn delete(&self, sock: &mut Socket) -> Result<(), NetlinkError> {
+    /// Removes the filter, or with `clsact_added` the clsact qdisc its owner added for it (and
+    /// the filter with it). One that is not there (never added, or already gone) is no error.
+    pub fn remove(&self, sock: &mut Socket, clsact_added: bool) -> Result<(), NetlinkError> {
+        let removed = if clsact_added {
+            qdisc::delete_clsact(sock, self.ifindex)
+        } else {
+            self.delete(sock)
+        };
+        match removed {
+            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn delete(&self, sock: &mut Socket) -> Result<(), NetlinkError> {
         let mut attrs = Attrs::default();
         attrs.put_str(TCA_KIND, self.kind);
         let mut body = self.tcmsg();

@@ -20,7 +20,7 @@ use crate::{
     filter::{Filter, Hook, Matcher},
     link::{self, GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
     netlink::{NetlinkError, Socket},
-    qdisc, runtime,
+    qdisc,
 };
 
 /// What ingress shaping set up, in the interface's state file, so that exit (or the next
@@ -181,14 +181,7 @@ impl Ingress {
             return Ok(());
         };
         let mut sock = Socket::open()?;
-        if self.state.clsact_added {
-            if let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex) {
-                warn!("removing clsact from {}: {e}", self.iface.name);
-            }
-        } else if let Err(e) = redirect(&self.iface).delete(&mut sock)
-            // Not there: `apply` failed before adding it.
-            && e.errno() != Some(libc::ENOENT)
-        {
+        if let Err(e) = redirect(&self.iface).remove(&mut sock, self.state.clsact_added) {
             warn!("removing the redirect from {}: {e}", self.iface.name);
         }
         restore_limits(&mut sock, &self.iface, self.state.original_gro);
@@ -214,18 +207,8 @@ impl Drop for Ingress {
 fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     restore_limits(sock, iface, stale.original_gro);
-    if stale.clsact_added {
-        let _ = qdisc::delete_clsact(sock, iface.ifindex);
-    } else {
-        let _ = redirect(iface).delete(sock);
-    }
-    if let Ok(ifb) = Interface::lookup(&stale.ifb)
-        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
-    {
-        warn!("removing {} left by a previous shaper", ifb.name);
-        runtime::remove_state(&ifb);
-        let _ = ifb.delete(sock);
-    }
+    let _ = redirect(iface).remove(sock, stale.clsact_added);
+    link::delete_leftover_ifb(sock, &stale.ifb);
     Ok(())
 }
 

@@ -185,25 +185,13 @@ impl Drop for Segmenter {
 pub fn clean_stale(iface: &Interface, stale: &SegmenterState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     remove(sock, iface, stale);
-    if let Ok(ifb) = Interface::lookup(&stale.ifb)
-        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
-    {
-        warn!("removing {} left by a previous shaper", ifb.name);
-        let _ = ifb.delete(sock);
-    }
+    link::delete_leftover_ifb(sock, &stale.ifb);
     Ok(())
 }
 
 /// Removes the filter (or the clsact shaper added for it).
 fn remove(sock: &mut Socket, iface: &Interface, state: &SegmenterState) {
-    let removed = if state.clsact_added {
-        qdisc::delete_clsact(sock, iface.ifindex)
-    } else {
-        filter(iface).delete(sock)
-    };
-    if let Err(e) = removed
-        && e.errno() != Some(libc::ENOENT)
-    {
+    if let Err(e) = filter(iface).remove(sock, state.clsact_added) {
         warn!("removing the segmenter's filter from {}: {e}", iface.name);
     }
 }

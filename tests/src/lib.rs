@@ -48,7 +48,10 @@ impl Harness {
     /// Runs the ingress observer once.
     pub fn run_ingress(&mut self, packet: &[u8]) -> u32 {
         let mut data_out = vec![0u8; packet.len() + 256];
-        let program = self.datapath.ingress().expect("ingress program");
+        let program = self
+            .datapath
+            .program(program_names::INGRESS)
+            .expect("ingress program");
         program
             .test_run(TestRunOptions {
                 data_in: Some(packet),
