@@ -100,25 +100,57 @@ impl Deployment {
             None => (current.clone(), false),
         };
 
-        if !qdisc::is_installed(&current) {
-            let queues = iface.num_tx_queues(&mut sock)?;
-            if let Err(e) =
-                qdisc::install(&mut sock, iface.ifindex, &iface.name, queues, &settings.fq)
-            {
-                rollback(&mut sock, &iface, &original, false);
-                return Err(e.into());
-            }
-        }
-
         let mode = if probe::has_tcx() {
             AttachMode::Tcx
         } else {
             AttachMode::Netlink
         };
-        if mode == AttachMode::Netlink && !current.clsact {
-            let step = ensure_clsact(&mut sock, &iface);
-            if let Err(e) = step {
-                rollback(&mut sock, &iface, &original, clsact_added);
+        let add_clsact = mode == AttachMode::Netlink && !current.clsact;
+        let state = State {
+            pid: std::process::id(),
+            iface: iface.name.clone(),
+            ifindex: iface.ifindex,
+            rate_bps: settings.rate_bps,
+            horizon_ns: settings.horizon_ns,
+            isolation: settings.isolation.name().to_string(),
+            diffserv: settings.diffserv.name().to_string(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            starting: true,
+            attach: mode,
+            clsact_added: clsact_added || add_clsact,
+            original,
+            original_gso: match &gso {
+                Some(plan) => plan.to_restore(),
+                None => stale.as_ref().and_then(|s| s.original_gso),
+            },
+            ingress: None,
+            segmenter: None,
+            maps: datapath.map_ids()?,
+        };
+        // Recorded before anything changes, so a crash at any later point leaves a successor
+        // what it needs to restore the interface.
+        runtime::write_state(&iface, &state)?;
+        let rollback = |sock: &mut Socket, clsact_added| {
+            rollback(sock, &iface, &state.original, clsact_added);
+            restore_limits(sock, &iface, state.original_gso);
+            runtime::remove_state(&iface);
+        };
+
+        if !qdisc::is_installed(&current) {
+            let queues = iface.num_tx_queues(&mut sock)?;
+            if let Err(e) =
+                qdisc::install(&mut sock, iface.ifindex, &iface.name, queues, &settings.fq)
+            {
+                rollback(&mut sock, clsact_added);
+                return Err(e.into());
+            }
+        }
+        if add_clsact {
+            if let Err(e) = ensure_clsact(&mut sock, &iface) {
+                rollback(&mut sock, clsact_added);
                 return Err(e.into());
             }
             clsact_added = true;
@@ -132,43 +164,24 @@ impl Deployment {
         });
         if let Err(source) = attached {
             let _ = datapath.detach();
-            rollback(&mut sock, &iface, &original, clsact_added);
+            rollback(&mut sock, clsact_added);
             return Err(DeployError::Attach {
                 iface: iface.name.clone(),
                 source: Box::new(source),
             }
             .into());
         }
+        if let Some(plan) = gso {
+            apply_limits(&mut sock, &iface, plan);
+        }
 
-        let original_gso = match gso {
-            Some(plan) => apply_limits(&mut sock, &iface, plan),
-            None => stale.as_ref().and_then(|s| s.original_gso),
-        };
-
-        let state = State {
-            pid: std::process::id(),
-            iface: iface.name.clone(),
-            ifindex: iface.ifindex,
-            rate_bps: settings.rate_bps,
-            horizon_ns: settings.horizon_ns,
-            isolation: settings.isolation.name().to_string(),
-            diffserv: settings.diffserv.name().to_string(),
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            attach: mode,
-            clsact_added,
-            original,
-            original_gso,
-            ingress: None,
-            segmenter: None,
-            maps: datapath.map_ids()?,
-        };
         let mut deployment = Self {
             iface,
             datapath,
-            state,
+            state: State {
+                starting: false,
+                ..state
+            },
             stale_ingress: stale.and_then(|s| s.ingress),
             segmenter: None,
             _lock: lock,
@@ -191,7 +204,12 @@ impl Deployment {
     fn start_segmenter(&mut self, split_segs: u32) -> anyhow::Result<()> {
         self.state.segmenter = Some(SegmenterState::planned(&self.iface));
         runtime::write_state(&self.iface, &self.state)?;
-        match Segmenter::start(&self.iface, &mut self.datapath, split_segs) {
+        let (iface, state) = (&self.iface, &mut self.state);
+        let started = Segmenter::start(iface, &mut self.datapath, split_segs, &mut |seg| {
+            state.segmenter = Some(seg.clone());
+            runtime::write_state(iface, state).map_err(Into::into)
+        });
+        match started {
             Ok(seg) => {
                 self.state.segmenter = Some(seg.state().clone());
                 self.segmenter = Some(seg);

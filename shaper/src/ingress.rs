@@ -86,18 +86,22 @@ impl Ingress {
             return Ok(None);
         };
         egress.record_ingress(Some(IngressState::planned(&settings.iface)))?;
-        let ingress = Self::apply(settings, egress.iface(), stale)?;
-        egress.record_ingress(Some(ingress.state.clone()))?;
+        let iface = egress.iface().clone();
+        let ingress = Self::apply(settings, &iface, stale, &mut |state| {
+            egress.record_ingress(Some(state.clone()))
+        })?;
         Ok(Some(ingress))
     }
 
     /// Shapes what arrives on `iface` with `settings` (whose `iface` is [`ifb_name`]), after
-    /// cleaning up what a crashed predecessor left (`stale`). Either completes or undoes its
-    /// own steps.
+    /// cleaning up what a crashed predecessor left (`stale`). What it changes on `iface` is
+    /// passed to `record` before it is changed, so that a crash at any point leaves a record a
+    /// successor can undo. Either completes or undoes its own steps.
     fn apply(
         settings: Settings,
         iface: &Interface,
         stale: Option<IngressState>,
+        record: &mut dyn FnMut(&IngressState) -> anyhow::Result<()>,
     ) -> anyhow::Result<Self> {
         let mut sock = Socket::open()?;
         let recorded_gro = stale.as_ref().and_then(|s| s.original_gro);
@@ -135,9 +139,22 @@ impl Ingress {
             state: IngressState::planned(&name),
         };
         // From here on, Drop undoes what is recorded in `state`.
-        if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
-            deploy::ensure_clsact(&mut sock, iface)?;
-            ingress.state.clsact_added = true;
+        let add_clsact =
+            qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact");
+        let gro = plan_limits::<GroLimits>(
+            &mut sock,
+            iface,
+            ingress.settings.rate_bps,
+            ingress.settings.split_gso,
+            recorded_gro,
+        );
+        ingress.state.clsact_added = add_clsact;
+        ingress.state.original_gro = gro.as_ref().and_then(|plan| plan.to_restore());
+        record(&ingress.state)?;
+        if add_clsact && let Err(e) = deploy::ensure_clsact(&mut sock, iface) {
+            // Not added: not ours to remove (it may be someone's `ingress` qdisc).
+            ingress.state.clsact_added = false;
+            return Err(e.into());
         }
         redirect(iface)
             .add_redirect(&mut sock, Matcher::All, ifb_index)
@@ -146,14 +163,8 @@ impl Ingress {
                 ifb: name.clone(),
                 source,
             })?;
-        if let Some(plan) = plan_limits::<GroLimits>(
-            &mut sock,
-            iface,
-            ingress.settings.rate_bps,
-            ingress.settings.split_gso,
-            recorded_gro,
-        ) {
-            ingress.state.original_gro = apply_limits(&mut sock, iface, plan);
+        if let Some(plan) = gro {
+            apply_limits(&mut sock, iface, plan);
         }
         info!(
             "shaping {}'s ingress on {name} ({queues} queues)",

@@ -414,6 +414,14 @@ pub struct LimitsPlan<L> {
     pub wanted: L,
 }
 
+impl<L: DeviceLimits> LimitsPlan<L> {
+    /// What to restore on exit once the plan may have been applied: recorded before it is, so
+    /// that a crash while applying it still leaves the device's own limits on record.
+    pub fn to_restore(&self) -> Option<L> {
+        (self.wanted != self.baseline || self.current != self.baseline).then_some(self.baseline)
+    }
+}
+
 /// The baseline is what the device had before any shaper: the limits found now, or those a
 /// previous unclean run recorded, so a restart at another rate starts from the device's own
 /// limits, not from the previous run's. `None` when the device's limits cannot be read.

@@ -72,6 +72,10 @@ pub struct State {
     #[serde(default)]
     pub diffserv: String,
     pub started_unix_s: u64,
+    /// Written before shaper changes the interface, so that a successor can undo a start that
+    /// crashed half-way; `stats` answers once it is false.
+    #[serde(default)]
+    pub starting: bool,
     pub attach: AttachMode,
     /// shaper added the clsact qdisc (netlink attach) and removes it on exit.
     pub clsact_added: bool,

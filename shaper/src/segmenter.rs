@@ -80,11 +80,14 @@ impl SegmenterState {
 
 impl Segmenter {
     /// Splits `iface`'s GSO packets of more than `split_segs` segments before `datapath`
-    /// stamps them. Either completes or undoes its own steps.
+    /// stamps them. What it changes on `iface` is passed to `record` before it is changed, so
+    /// that a crash at any point leaves a record a successor can undo. Either completes or
+    /// undoes its own steps.
     pub fn start(
         iface: &Interface,
         datapath: &mut Datapath,
         split_segs: u32,
+        record: &mut dyn FnMut(&SegmenterState) -> anyhow::Result<()>,
     ) -> anyhow::Result<Self> {
         let mut sock = Socket::open()?;
         let state = SegmenterState::planned(iface);
@@ -122,8 +125,13 @@ impl Segmenter {
             },
         )?;
         if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
-            deploy::ensure_clsact(&mut sock, iface)?;
             segmenter.state.clsact_added = true;
+            record(&segmenter.state)?;
+            if let Err(e) = deploy::ensure_clsact(&mut sock, iface) {
+                // Not added: not ours to remove (it may be someone's `ingress` qdisc).
+                segmenter.state.clsact_added = false;
+                return Err(e.into());
+            }
         }
         let program = Matcher::Program {
             fd: datapath.segment_program()?,

@@ -66,16 +66,28 @@ topology_up() {
 	sleep 0.3
 }
 
-# r1_state: everything of the router's r1 that shaper may touch, and whether a seg4r1 exists.
+# r1_state: everything of the router's r1 that shaper may touch, and whether its IFBs exist.
 r1_state() {
 	run rtr tc qdisc show dev r1 | sed 's/ refcnt [0-9]*//' | sort
 	run rtr tc filter show dev r1 egress 2>/dev/null
-	ip -n rtr -d link show r1 | grep -o 'gso_max_s[a-z]* [0-9]*'
+	run rtr tc filter show dev r1 ingress 2>/dev/null
+	ip -n rtr -d link show r1 | grep -o 'g[rs]o_max_s[a-z]* [0-9]*'
 	ip -n rtr link show seg4r1 2>/dev/null | head -1 | cut -d' ' -f2
+	ip -n rtr link show ifb4r1 2>/dev/null | head -1 | cut -d' ' -f2
 }
 
 router_start() {
 	shaper_start_in rtr r1 --iface r1 "$@"
+}
+
+# wait_segmenter: until the segmenter's filter is in place (it is set up after the shaping).
+wait_segmenter() {
+	i=0
+	while ! run rtr tc filter show dev r1 egress | grep -q shaper_segment; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && { cat /tmp/shaper.log >&2; fail "no segmenter filter on r1"; }
+		sleep 0.1
+	done
 }
 
 # measure: a 4-flow download from srv to cli (forwarded by rtr) into $goodput, then cli's ping
@@ -124,9 +136,8 @@ measure_all() {
 	log "shaper --no-split-gso: $whole Mbit/s, ping p50/p99 $whole_ping ms, $whole_fpp frames per stamped packet"
 
 	router_start --rate "${RATE}mbit"
+	wait_segmenter
 	ip -n rtr link show seg4r1 >/dev/null 2>&1 || fail "no segmenter (seg4r1): $(cat /tmp/shaper.log)"
-	run rtr tc filter show dev r1 egress | grep -q "shaper_segment.*" ||
-		fail "no segmenter filter: $(run rtr tc filter show dev r1 egress)"
 	measure
 	shaped=$goodput shaper_ping=$pings fpp=$(frames_per_packet) segmented=$(json_field segmented)
 	run rtr shaper stats --iface r1 | grep -q "segmented: .* on seg4r1" || fail "stats does not show the segmenter"
@@ -166,10 +177,12 @@ awk -v p="${shaper_ping#* }" -v w="${whole_ping%% *}" 'BEGIN { exit !(p * 2 <= w
 # A crash leaves the segmenter; the next shaper removes it and puts its own in place, and a
 # restart with --no-split-gso leaves none.
 router_start --rate "${RATE}mbit"
+wait_segmenter
 kill -KILL "$SHAPER_PID"
 wait "$SHAPER_PID" 2>/dev/null
 ip -n rtr link show seg4r1 >/dev/null 2>&1 || fail "expected the crashed shaper's seg4r1 to remain"
 router_start --rate "${RATE}mbit"
+wait_segmenter
 grep -q "did not exit cleanly" /tmp/shaper.log || fail "the successor did not notice the crash"
 [ "$(run rtr tc filter show dev r1 egress | grep -c 'shaper_segment')" = 1 ] ||
 	fail "after a crash: not exactly one segmenter filter: $(run rtr tc filter show dev r1 egress)"
@@ -182,6 +195,24 @@ shaper_stop
 before: $original
 after:  $(r1_state)"
 log "crash recovery: restored"
+
+# A crash at any point of a start (egress, segmenter, ingress IFB and redirect, each recorded
+# before it is set up) is undone by the next shaper: kills spread over the start.
+for delay in 0 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.4 0.6 0.9; do
+	ip netns exec rtr shaper run --iface r1 --rate "${RATE}mbit" --ingress-rate "${RATE}mbit" >/tmp/shaper.log 2>&1 &
+	SHAPER_PID=$!
+	sleep "$delay"
+	kill -KILL "$SHAPER_PID"
+	wait "$SHAPER_PID" 2>/dev/null
+	router_start --rate "${RATE}mbit" --ingress-rate "${RATE}mbit"
+	wait_segmenter
+	shaper_stop
+	[ "$(r1_state)" = "$original" ] || fail "after a crash ${delay}s into a start: not restored:
+before: $original
+after:  $(r1_state)
+$(cat /tmp/shaper.log)"
+done
+log "crashes during a start: restored"
 
 topology_down
 echo "e2e-forward: ok"

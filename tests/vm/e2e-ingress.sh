@@ -24,10 +24,12 @@ link_state() {
 	ip -n "$SRC" link show ifb4s0 2>/dev/null | head -1 | cut -d' ' -f2
 }
 
-# wait_ingress: until the ingress direction answers too (it is set up after egress).
+# wait_ingress: until the ingress direction answers too and its redirect is in place (both are
+# set up after egress).
 wait_ingress() {
 	i=0
-	while ! ip netns exec "$SRC" shaper stats --iface s0 --ingress >/dev/null 2>&1; do
+	while ! ip netns exec "$SRC" shaper stats --iface s0 --ingress >/dev/null 2>&1 ||
+		! ip netns exec "$SRC" tc filter show dev s0 ingress | grep -q mirred; do
 		i=$((i + 1))
 		[ $i -gt 100 ] && { cat /tmp/shaper.log >&2; fail "the ingress did not come up"; }
 		sleep 0.1

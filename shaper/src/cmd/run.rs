@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, warn};
 
 use crate::{
@@ -92,6 +92,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Listening before the start, so that a stop asked for while starting ends in a restore,
+    // not in the default action (death half-way).
+    let stop = {
+        let _runtime = runtime.enter();
+        StopSignals::listen()?
+    };
     let mut deployment = Deployment::apply(&settings, iface)?;
     let mut ingress = Ingress::start(&settings, &mut deployment)?;
 
@@ -101,17 +107,37 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let c = controller(i.settings());
         loops.push((i.deployment_mut(), c));
     }
-    let served = runtime.block_on(serve(loops));
+    let served = runtime.block_on(serve(loops, stop));
     // The ingress goes first (its redirect, then its IFB), then the interface itself.
     let ingress_restored = ingress.map_or(Ok(()), Ingress::teardown);
     let restored = deployment.teardown();
     served.and(ingress_restored).and(restored)
 }
 
+/// SIGINT and SIGTERM, each kept from its arrival until `serve` sees it.
+struct StopSignals {
+    term: Signal,
+    int: Signal,
+}
+
+impl StopSignals {
+    fn listen() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
 /// Runs each direction's control loop until SIGINT or SIGTERM.
-async fn serve(mut loops: Vec<(&mut Deployment, Controller)>) -> anyhow::Result<()> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+async fn serve(
+    mut loops: Vec<(&mut Deployment, Controller)>,
+    stop: StopSignals,
+) -> anyhow::Result<()> {
+    let StopSignals {
+        term: mut sigterm,
+        int: mut sigint,
+    } = stop;
     let mut tick = tokio::time::interval(control::INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -59,6 +59,13 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
             args.iface
         );
     }
+    if state.starting {
+        anyhow::bail!(
+            "shaper (pid {}) on {} is still starting",
+            state.pid,
+            state.iface
+        );
+    }
     let now = bpf::monotonic_now_ns();
     if args.hosts {
         let rates = bpf::host_rates_by_id(state.maps.host_rates)?;
