@@ -157,8 +157,13 @@ pub fn run(spec: &VmSpec) -> Result<i32> {
     qemu.arg("-smp").arg(spec.smp.to_string());
     qemu.arg("-kernel").arg(&kernel.vmlinuz);
     qemu.arg("-initrd").arg(&cpio);
+    // tsc=reliable: TCG's TSC follows the host's monotonic clock on every vCPU, but the
+    // clocksource watchdog, comparing it with the HPET while a vCPU thread is starved, finds it
+    // "unstable" and switches; the switch patches kernel text (a static key) while the other
+    // vCPU runs it, which under multi-threaded TCG has crashed the guest (an int3 Oops in
+    // sched_clock_cpu, 12 s into a lab run on 6.12).
     qemu.arg("-append")
-        .arg("console=ttyS0 quiet panic=-1 oops=panic random.trust_cpu=on");
+        .arg("console=ttyS0 quiet panic=-1 oops=panic random.trust_cpu=on tsc=reliable");
     if spec.out_dir.is_some() {
         std::fs::File::create(&disk)?.set_len(1 << 30)?;
         qemu.arg("-drive")

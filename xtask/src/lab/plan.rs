@@ -159,10 +159,22 @@ pub fn places(s: &Scenario, c: &Contender) -> Vec<Place> {
             rate_bps: l.rate_bps,
         })
     });
-    let contender = c.placements.iter().map(|pl| {
+    // `none` installs nothing: on an ingress, not even the IFB.
+    let installed = c
+        .placements
+        .iter()
+        .filter(|pl| c.kind != Kind::None || pl.direction == Direction::Egress);
+    let contender = installed.map(|pl| {
         let (ns, dev) = location(s, &pl.at);
+        let (name, dev) = match pl.direction {
+            Direction::Egress => (format!("contender-{}", pl.at.label()), dev),
+            Direction::Ingress => (
+                format!("contender-{}-ingress", pl.at.label()),
+                ingress_ifb(&dev),
+            ),
+        };
         Place {
-            name: format!("contender-{}", pl.at.label()),
+            name,
             ns,
             dev,
             // fq's maxrate caps each flow; its queue drains at whatever the flows add up to.
@@ -348,12 +360,29 @@ fn bottleneck(p: &mut String, dev: &str, l: &Link) {
     }
 }
 
+/// The IFB a placement on `dev`'s ingress redirects to: shaper's name for it (`ifb4<iface>`;
+/// the lab's interface names are short enough), so that the same place holds either's queues.
+fn ingress_ifb(dev: &str) -> String {
+    format!("ifb4{dev}")
+}
+
 fn contender(p: &mut String, s: &Scenario, c: &Contender) {
+    if c.kind == Kind::Shaper {
+        shapers(p, s, c);
+        return;
+    }
     for pl in &c.placements {
         let (ns, dev) = location(s, &pl.at);
-        // Only egress placements pass validation; ingress (through an IFB for the qdiscs,
-        // shaper's own ingress mode) slots in here.
-        debug_assert_eq!(pl.direction, Direction::Egress);
+        // On the ingress a qdisc shapes an IFB's egress, the interface redirecting to it what it
+        // receives (sqm-scripts' setup).
+        let dev = match pl.direction {
+            Direction::Egress => dev,
+            Direction::Ingress if c.kind == Kind::None => continue,
+            Direction::Ingress => {
+                line(p, &["lab_ifb".into(), ns.clone(), dev.clone()]);
+                ingress_ifb(&dev)
+            }
+        };
         let rate = pl.rate.as_ref().map(|r| r.0.clone());
         let options: Vec<String> = c.options.iter().chain(&pl.options).cloned().collect();
         let tc = |rest: Vec<String>| -> Vec<String> {
@@ -366,15 +395,7 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
             .collect()
         };
         match c.kind {
-            Kind::None => {}
-            Kind::Shaper => {
-                let mut w = vec!["lab_shaper".to_string(), ns.clone(), dev.clone()];
-                if let Some(r) = rate {
-                    w.extend(["--rate".into(), r]);
-                }
-                w.extend(options);
-                line(p, &w);
-            }
+            Kind::None | Kind::Shaper => {}
             Kind::Cake => {
                 let mut w = vec!["cake".to_string()];
                 if let Some(r) = rate {
@@ -418,6 +439,33 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
                 line(p, &w);
             }
         }
+    }
+}
+
+/// One shaper per interface with an egress placement; an ingress placement on the same
+/// interface becomes its `--ingress-rate` (validation requires the egress one).
+fn shapers(p: &mut String, s: &Scenario, c: &Contender) {
+    for pl in c
+        .placements
+        .iter()
+        .filter(|p| p.direction == Direction::Egress)
+    {
+        let (ns, dev) = location(s, &pl.at);
+        let mut w = vec!["lab_shaper".to_string(), ns, dev];
+        if let Some(r) = &pl.rate {
+            w.extend(["--rate".into(), r.0.clone()]);
+        }
+        let ingress = c
+            .placements
+            .iter()
+            .find(|i| i.at == pl.at && i.direction == Direction::Ingress);
+        if let Some(r) = ingress.and_then(|i| i.rate.as_ref()) {
+            w.extend(["--ingress-rate".into(), r.0.clone()]);
+        }
+        w.extend(c.options.iter().cloned());
+        w.extend(pl.options.iter().cloned());
+        w.extend(ingress.into_iter().flat_map(|i| i.options.iter().cloned()));
+        line(p, &w);
     }
 }
 
@@ -693,5 +741,78 @@ mod tests {
         ));
         assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
         assert!(!plan.contains("s-server sysctl"));
+    }
+
+    #[test]
+    fn ingress_placements_shape_through_an_ifb() {
+        let text = r#"
+            duration = "10s"
+            queue_interval = "10ms"
+            [topology]
+            hosts = ["a"]
+            [bottleneck.down]
+            rate = "100mbit"
+            buffer = "1mb"
+            [bottleneck.up]
+            rate = "10mbit"
+            buffer = "1mb"
+            [[contender]]
+            name = "shaper"
+            kind = "shaper"
+            options = ["--rtt", "30ms"]
+            on = [
+                { at = "router-wan", rate = "9mbit" },
+                { at = "router-wan", direction = "ingress", rate = "90mbit", options = ["--ack-filter", "off"] },
+            ]
+            [[contender]]
+            name = "cake"
+            kind = "cake"
+            on = [
+                { at = "router-wan", rate = "9mbit" },
+                { at = "router-wan", direction = "ingress", rate = "90mbit", options = ["ingress"] },
+            ]
+            [[contender]]
+            name = "none"
+            kind = "none"
+            on = [{ at = "router-wan", direction = "ingress" }]
+            [[flow]]
+            host = "a"
+            direction = "download"
+        "#;
+        let s = scenario::parse(text, "t", text.as_bytes()).unwrap();
+        // One shaper for both directions of the interface.
+        let shaper = generate(&s, &s.contenders[0]);
+        assert!(shaper.contains(
+            "lab_shaper router wan0 --rate 9mbit --ingress-rate 90mbit --rtt 30ms --ack-filter off\n"
+        ));
+        assert_eq!(shaper.matches("lab_shaper").count(), 1, "{shaper}");
+        assert!(!shaper.contains("lab_ifb"));
+        assert!(shaper.contains("lab_collect contender-router-wan-ingress router ifb4wan0\n"));
+        // A qdisc: on an IFB the interface's ingress is redirected to.
+        let cake = generate(&s, &s.contenders[1]);
+        assert!(cake.contains(
+            "lab_ifb router wan0\nlab_do tc -n router qdisc replace dev ifb4wan0 root cake bandwidth 90mbit ingress\n"
+        ));
+        assert!(
+            cake.contains("lab_do tc -n router qdisc replace dev wan0 root cake bandwidth 9mbit\n")
+        );
+        let places: Vec<(String, String, Option<f64>)> = places(&s, &s.contenders[1])
+            .into_iter()
+            .map(|p| (p.name, p.dev, p.rate_bps))
+            .collect();
+        assert_eq!(
+            places[2..],
+            [
+                ("contender-router-wan".into(), "wan0".into(), Some(9e6)),
+                (
+                    "contender-router-wan-ingress".into(),
+                    "ifb4wan0".into(),
+                    Some(90e6)
+                ),
+            ]
+        );
+        // `none` on an ingress installs nothing, not even the IFB.
+        let none = generate(&s, &s.contenders[2]);
+        assert!(!none.contains("ifb4wan0") && !none.contains("lab_ifb"));
     }
 }

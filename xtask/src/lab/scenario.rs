@@ -162,8 +162,9 @@ impl Kind {
     }
 }
 
-/// Which way through the interface the contender acts on. Only egress is implemented; the
-/// field exists so that ingress placements can be added without changing existing files.
+/// Which way through the interface the contender acts on: what it sends (egress), or what it
+/// receives (ingress: a qdisc on an IFB the interface's ingress is redirected to, as
+/// sqm-scripts does; shaper's own `--ingress-rate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
@@ -527,10 +528,6 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
                 at.label(),
                 p.direction
             );
-            ensure!(
-                p.direction == Direction::Egress,
-                "{what}: direction = \"ingress\" is not supported yet (only egress)"
-            );
             let rate = match p.rate {
                 Some(r) => {
                     ensure!(c.kind != Kind::None, "{what}: kind none takes no rate");
@@ -551,6 +548,27 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
                 rate,
                 options: p.options,
             });
+        }
+        if c.kind == Kind::Shaper {
+            // One shaper per interface: its ingress is `--ingress-rate` of the shaper that
+            // shapes the interface's egress.
+            for pl in placements
+                .iter()
+                .filter(|p| p.direction == Direction::Ingress)
+            {
+                let at = pl.at.label();
+                ensure!(
+                    pl.rate.is_some(),
+                    "{what}: shaper on {at} ingress needs a rate (its --ingress-rate)"
+                );
+                ensure!(
+                    placements
+                        .iter()
+                        .any(|e| e.at == pl.at && e.direction == Direction::Egress),
+                    "{what}: shaper shapes {at}'s ingress together with its egress \
+                     (--ingress-rate beside --rate): add an egress placement on {at}"
+                );
+            }
         }
         contenders.push(Contender {
             name: c.name,
@@ -903,20 +921,28 @@ impl Scenario {
             .collect()
     }
 
+    /// Whether the flows of `direction` pass through `placement` (the way it acts on them).
+    pub fn carries(&self, placement: &Placement, direction: FlowDirection) -> bool {
+        // What a placement's interface sends, in flow terms; its ingress is the other way.
+        let sends = match &placement.at {
+            Location::RouterWan => FlowDirection::Upload,
+            Location::RouterLan => FlowDirection::Download,
+            Location::Node(n) if self.servers.contains(n) => FlowDirection::Download,
+            Location::Node(_) => FlowDirection::Upload,
+        };
+        match placement.direction {
+            Direction::Egress => sends == direction,
+            Direction::Ingress => sends != direction,
+        }
+    }
+
     /// The rate the contender is set to in the direction of most flows, or the bottleneck's;
     /// what "utilisation" is measured against.
     pub fn reference_rate(&self, c: &Contender, direction: FlowDirection) -> Option<f64> {
-        let wanted = |at: &Location| match (at, direction) {
-            (Location::RouterWan, FlowDirection::Upload) => true,
-            (Location::RouterLan, FlowDirection::Download) => true,
-            (Location::Node(n), FlowDirection::Download) => self.servers.contains(n),
-            (Location::Node(n), FlowDirection::Upload) => self.hosts.contains(n),
-            _ => false,
-        };
         let from_contender: Vec<f64> = c
             .placements
             .iter()
-            .filter(|p| wanted(&p.at))
+            .filter(|p| self.carries(p, direction))
             .filter_map(|p| p.rate.as_ref().map(|r| r.1))
             .collect();
         // Several shapers in one direction (one per server) add up.
@@ -1016,6 +1042,50 @@ mod tests {
         assert_eq!(s.selected(&["none".into()]).len(), 1);
         assert_eq!(s.selected(&[]).len(), 2);
         assert_eq!(s.hash.len(), 64);
+    }
+
+    #[test]
+    fn ingress_placements() {
+        // A qdisc on the server's ingress carries the uploads; the download's reference stays
+        // the bottleneck's.
+        let s = parse_str(&GOOD.replace(
+            "at = \"server\", rate = \"95mbit\"",
+            "at = \"server\", direction = \"ingress\", rate = \"40mbit\"",
+        ))
+        .unwrap();
+        let cake = &s.contenders[0];
+        assert_eq!(cake.placements[0].direction, Direction::Ingress);
+        assert_eq!(s.reference_rate(cake, FlowDirection::Upload), Some(40e6));
+        assert_eq!(s.reference_rate(cake, FlowDirection::Download), Some(100e6));
+        // shaper: an ingress rate beside the egress of the same interface.
+        let shaper = |on: &str| {
+            GOOD.replace("kind = \"cake\"", "kind = \"shaper\"")
+                .replace("options = [\"besteffort\"]\n", "")
+                .replace("on = [{ at = \"server\", rate = \"95mbit\" }]", on)
+        };
+        let both = parse_str(&shaper(
+            r#"on = [{ at = "server", rate = "95mbit" }, { at = "server", direction = "ingress", rate = "40mbit" }]"#,
+        ))
+        .unwrap();
+        assert_eq!(both.contenders[0].placements.len(), 2);
+        assert!(
+            err(&shaper(
+                r#"on = [{ at = "server", direction = "ingress", rate = "40mbit" }]"#
+            ))
+            .contains("add an egress placement on server")
+        );
+        assert!(
+            err(&shaper(
+                r#"on = [{ at = "server", rate = "95mbit" }, { at = "server", direction = "ingress" }]"#
+            ))
+            .contains("needs a rate")
+        );
+        assert!(
+            err(&shaper(
+                r#"on = [{ at = "server", rate = "95mbit" }, { at = "server", rate = "40mbit" }]"#
+            ))
+            .contains("two placements")
+        );
     }
 
     /// GOOD with more flows for host "a" (appended after its download "a.0").
@@ -1220,13 +1290,6 @@ mod tests {
         assert!(err(&GOOD.replace("\"0.1%\"", "\"0.1\"")).contains("%"));
         assert!(err(&GOOD.replace("[\"a\", \"b\"]", "[\"a\", \"a\"]")).contains("twice"));
         assert!(err(&GOOD.replace("[\"a\", \"b\"]", "[\"a\", \"router\"]")).contains("reserved"));
-        assert!(
-            err(&GOOD.replace(
-                "at = \"server\", rate",
-                "at = \"server\", direction = \"ingress\", rate"
-            ))
-            .contains("ingress")
-        );
         assert!(
             err(&GOOD.replace(
                 "protocol = \"udp\"\n        rate = \"5mbit\"",
