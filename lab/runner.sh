@@ -63,14 +63,14 @@ lab_shaper() {
 	done
 }
 
-# lab_ifb NS DEV: redirects what DEV receives to a new IFB, ifb4DEV, whose egress a qdisc then
-# shapes (sqm-scripts' ingress setup; shaper's --ingress-rate builds its own of the same name).
+# lab_ifb NS DEV IFB: redirects what DEV receives to a new IFB, whose egress a qdisc then
+# shapes (sqm-scripts' ingress setup).
 lab_ifb() {
-	ns=$1 dev=$2
-	lab_do ip -n "$ns" link add "ifb4$dev" type ifb
-	lab_do ip -n "$ns" link set "ifb4$dev" up
+	ns=$1 dev=$2 ifb=$3
+	lab_do ip -n "$ns" link add "$ifb" type ifb
+	lab_do ip -n "$ns" link set "$ifb" up
 	lab_do tc -n "$ns" qdisc add dev "$dev" handle ffff: ingress
-	lab_do tc -n "$ns" filter add dev "$dev" parent ffff: matchall action mirred egress redirect dev "ifb4$dev"
+	lab_do tc -n "$ns" filter add dev "$dev" parent ffff: matchall action mirred egress redirect dev "$ifb"
 }
 
 # lab_server NS PORT ID IPERF3-ARGS...: a one-shot iperf3 server reporting JSON at 100 ms.

@@ -322,6 +322,18 @@ pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), 
     })
 }
 
+/// Adds clsact to `iface` for a caller that has already recorded it as added (`recorded` true),
+/// so that a crash while adding leaves it to a successor to remove. When adding fails the
+/// record is taken back: what holds the slot is not ours to remove (it may be someone's
+/// `ingress` qdisc).
+pub(crate) fn add_recorded_clsact(
+    sock: &mut Socket,
+    iface: &Interface,
+    recorded: &mut bool,
+) -> Result<(), DeployError> {
+    ensure_clsact(sock, iface).inspect_err(|_| *recorded = false)
+}
+
 /// Best-effort undo of a partial `apply`.
 fn rollback(sock: &mut Socket, iface: &Interface, original: &Snapshot, clsact_added: bool) {
     if clsact_added {

@@ -151,10 +151,8 @@ impl Ingress {
         ingress.state.clsact_added = add_clsact;
         ingress.state.original_gro = gro.as_ref().and_then(|plan| plan.to_restore());
         record(&ingress.state)?;
-        if add_clsact && let Err(e) = deploy::ensure_clsact(&mut sock, iface) {
-            // Not added: not ours to remove (it may be someone's `ingress` qdisc).
-            ingress.state.clsact_added = false;
-            return Err(e.into());
+        if add_clsact {
+            deploy::add_recorded_clsact(&mut sock, iface, &mut ingress.state.clsact_added)?;
         }
         redirect(iface)
             .add_redirect(&mut sock, Matcher::All, ifb_index)

@@ -453,32 +453,26 @@ pub fn plan_limits<L: DeviceLimits>(
     })
 }
 
-/// Sets the planned limits and returns those to restore on exit (`None`: nothing to restore).
-/// A device that refuses is shaped anyway, with coarser packets (warned).
-pub fn apply_limits<L: DeviceLimits>(
-    sock: &mut Socket,
-    iface: &Interface,
-    plan: LimitsPlan<L>,
-) -> Option<L> {
+/// Sets the planned limits (what to restore on exit is recorded before, from
+/// [`LimitsPlan::to_restore`]). A device that refuses is shaped anyway, with coarser packets
+/// (warned).
+pub fn apply_limits<L: DeviceLimits>(sock: &mut Socket, iface: &Interface, plan: LimitsPlan<L>) {
     let LimitsPlan {
         current,
         baseline,
         wanted,
     } = plan;
-    if wanted != current {
-        match wanted.write(iface, sock) {
-            Ok(()) => info!(
-                "{} limits of {} set to {wanted:?} (device's own: {baseline:?})",
-                L::WHAT,
-                iface.name
-            ),
-            Err(e) => {
-                warn!("setting the {} limits of {}: {e}", L::WHAT, iface.name);
-                return (current != baseline).then_some(baseline);
-            }
-        }
+    if wanted == current {
+        return;
     }
-    (wanted != baseline).then_some(baseline)
+    match wanted.write(iface, sock) {
+        Ok(()) => info!(
+            "{} limits of {} set to {wanted:?} (device's own: {baseline:?})",
+            L::WHAT,
+            iface.name
+        ),
+        Err(e) => warn!("setting the {} limits of {}: {e}", L::WHAT, iface.name),
+    }
 }
 
 /// Puts back limits `apply_limits` changed (`None`: nothing was changed); a failure is warned,

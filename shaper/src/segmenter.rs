@@ -127,11 +127,7 @@ impl Segmenter {
         if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
             segmenter.state.clsact_added = true;
             record(&segmenter.state)?;
-            if let Err(e) = deploy::ensure_clsact(&mut sock, iface) {
-                // Not added: not ours to remove (it may be someone's `ingress` qdisc).
-                segmenter.state.clsact_added = false;
-                return Err(e.into());
-            }
+            deploy::add_recorded_clsact(&mut sock, iface, &mut segmenter.state.clsact_added)?;
         }
         let program = Matcher::Program {
             fd: datapath.segment_program()?,

@@ -379,8 +379,9 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
             Direction::Egress => dev,
             Direction::Ingress if c.kind == Kind::None => continue,
             Direction::Ingress => {
-                line(p, &["lab_ifb".into(), ns.clone(), dev.clone()]);
-                ingress_ifb(&dev)
+                let ifb = ingress_ifb(&dev);
+                line(p, &["lab_ifb".into(), ns.clone(), dev, ifb.clone()]);
+                ifb
             }
         };
         let rate = pl.rate.as_ref().map(|r| r.0.clone());
@@ -791,7 +792,7 @@ mod tests {
         // A qdisc: on an IFB the interface's ingress is redirected to.
         let cake = generate(&s, &s.contenders[1]);
         assert!(cake.contains(
-            "lab_ifb router wan0\nlab_do tc -n router qdisc replace dev ifb4wan0 root cake bandwidth 90mbit ingress\n"
+            "lab_ifb router wan0 ifb4wan0\nlab_do tc -n router qdisc replace dev ifb4wan0 root cake bandwidth 90mbit ingress\n"
         ));
         assert!(
             cake.contains("lab_do tc -n router qdisc replace dev wan0 root cake bandwidth 9mbit\n")
