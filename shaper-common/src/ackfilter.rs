@@ -78,6 +78,9 @@ pub struct AckSeen {
     pub flags: u8,
     /// It carries SACK blocks.
     pub sack: bool,
+    /// Its only SACK block, `[start, end)`, when it carries exactly one (zeros otherwise).
+    pub sack_start: u32,
+    pub sack_end: u32,
     /// It carries an option other than NOP, EOL, timestamps and SACK, or options that do not
     /// parse.
     pub unknown_option: bool,
@@ -93,12 +96,50 @@ pub struct AckState {
     pub flags: u8,
     /// Non-zero once an ACK was seen.
     pub seen: u8,
+    /// The flow's packets scheduled to leave until then were overtaken by an ACK sent first
+    /// ([`jumps_queue`]): the ACKs among them tell the sender nothing it does not know.
+    pub stale_until_ns: u64,
 }
 
 /// How many of a flow's packets are still scheduled ahead of `now`, from the departures of
 /// its two most recent packets (the flow's state keeps them): 0, 1 or 2 (two or more).
 pub const fn scheduled_ahead(last_depart_ns: u64, prev_depart_ns: u64, now_ns: u64) -> u32 {
     (last_depart_ns > now_ns) as u32 + (prev_depart_ns > now_ns) as u32
+}
+
+/// A flow's packets scheduled ahead, for the filter: all of them, and those that are not
+/// stale (scheduled after the flow's last ACK sent first, so still news to the sender).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ahead {
+    pub all: u32,
+    pub fresh: u32,
+}
+
+impl Ahead {
+    /// From the flow's two most recent departures (see [`scheduled_ahead`]).
+    pub const fn of(
+        last_depart_ns: u64,
+        prev_depart_ns: u64,
+        now_ns: u64,
+        state: &AckState,
+    ) -> Self {
+        let fresh_after = if state.stale_until_ns > now_ns {
+            state.stale_until_ns
+        } else {
+            now_ns
+        };
+        Self {
+            all: scheduled_ahead(last_depart_ns, prev_depart_ns, now_ns),
+            fresh: scheduled_ahead(last_depart_ns, prev_depart_ns, fresh_after),
+        }
+    }
+}
+
+/// Nothing stale: `n` scheduled ahead, all fresh.
+impl From<u32> for Ahead {
+    fn from(n: u32) -> Self {
+        Self { all: n, fresh: n }
+    }
 }
 
 /// The data direction of the flow as seen arriving on the same interface (ingress), written
@@ -212,26 +253,42 @@ pub enum AckVerdict {
 
 /// Decides for a pure ACK of a flow in `state`, `data` being what the data direction has
 /// shown arriving (if anything) and `ahead` how many of the flow's packets are still scheduled
-/// ([`scheduled_ahead`]). Does not update the state (see [`record`]).
+/// ([`Ahead`]). Does not update the state (see [`record`]).
 pub fn decide(
     mode: AckFilter,
     seen: &AckSeen,
     state: &AckState,
     data: Option<&ReverseState>,
-    ahead: u32,
+    ahead: impl Into<Ahead>,
 ) -> AckVerdict {
+    let ahead = ahead.into();
     use tcp_flags::{CWR, ECE};
     let keep = AckVerdict::Keep;
     if seen.unknown_option {
         return keep(KeepReason::UnknownOption);
     }
-    if seen.sack {
+    // CAKE drops an older ACK when a newer one acknowledges more, SACK blocks included, so a
+    // duplicate ACK whose blocks grew makes the older one redundant. With the newer one still
+    // to come: data beyond this ACK's block has arrived, so the receiver will acknowledge more
+    // (cumulatively, or a block that reaches further), and a single block is reported again
+    // until it is acknowledged (RFC 2018: the first block is the newest segment's, the others
+    // repeat the most recently reported ones, and a receiver sends at least three). More
+    // blocks could be pushed out of the option by the new one; a block at or below the
+    // cumulative ACK is a D-SACK, which no later ACK repeats.
+    let sack_covered = seen.sack
+        && after(seen.sack_start, seen.ack)
+        && data.is_some_and(|d| d.data_beyond(seen.sack_end));
+    if seen.sack && !sack_covered {
         return keep(KeepReason::Sack);
     }
     if state.seen == 0 {
         return keep(KeepReason::First);
     }
-    if !after(seen.ack, state.last_ack) {
+    // A duplicate ACK signals loss and is kept, unless its single block will be covered: the
+    // ACK that covers it is a duplicate too, with more blocks, so the sender misses nothing a
+    // SACK scoreboard counts.
+    let covered_duplicate = sack_covered && seen.ack == state.last_ack;
+    if !(after(seen.ack, state.last_ack) || covered_duplicate) {
         return keep(KeepReason::Duplicate);
     }
     if (seen.flags ^ state.flags) & (ECE | CWR) != 0 {
@@ -251,10 +308,53 @@ pub fn decide(
         AckFilter::Conservative => 2,
         AckFilter::Aggressive => 1,
     };
-    if ahead < needed {
+    // The ACKs that keep the sender's clock until the later one comes. When the receiver
+    // acknowledges data already on its way whatever the sender does, any scheduled packet
+    // serves; when the later ACK depends on the sender sending more, only ACKs it has not
+    // already been told the news of by one sent first: the stale ones open no window.
+    let scheduled = if data.data_beyond(seen.ack) {
+        ahead.all
+    } else {
+        ahead.fresh
+    };
+    if scheduled < needed {
         return keep(KeepReason::FewScheduled);
     }
     AckVerdict::Drop
+}
+
+/// Whether a kept ACK leaves at once, ahead of the `ahead` packets its flow still has
+/// scheduled, instead of behind them.
+///
+/// A cumulative ACK says all that the flow's older ACKs say and more: sent behind them, it
+/// reaches the sender as late as they are long. CAKE removes the older ones from its queue; fq
+/// cannot give a queued packet back, so shaper sends the newest first and lets the older ones
+/// follow, stale (TCP discards an ACK below what it has already been acknowledged). The flow's
+/// clock is charged for it as for any packet, so the flow keeps to its share; the stale ones
+/// cost uplink time that CAKE saves, which is why only ACKs the filter could not drop jump.
+///
+/// Only when the mode would drop a covered ACK here (as many scheduled as it keeps). Never for
+/// an ACK whose options the filter does not understand (it may not be cumulative). The flow's
+/// packets it overtakes are stale from then on ([`AckState::overtaken`]): they still count for
+/// dropping an ACK whose later one the receiver sends whatever the sender does, so no new ACK
+/// queues behind them meanwhile, and not for one whose later one needs the sender to hear.
+pub const fn jumps_queue(mode: AckFilter, reason: KeepReason, ahead: u32) -> bool {
+    let needed = match mode {
+        AckFilter::Off => return false,
+        AckFilter::Conservative => 2,
+        AckFilter::Aggressive => 1,
+    };
+    ahead >= needed && matches!(reason, KeepReason::NoLaterData | KeepReason::Window)
+}
+
+impl AckState {
+    /// An ACK was sent first, ahead of the flow's packets scheduled to leave until
+    /// `latest_depart_ns`.
+    pub fn overtaken(&mut self, latest_depart_ns: u64) {
+        if latest_depart_ns > self.stale_until_ns {
+            self.stale_until_ns = latest_depart_ns;
+        }
+    }
 }
 
 /// Updates the flow's state with an ACK seen (kept or dropped).
@@ -299,6 +399,12 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
             return;
         }
         seen.sack = true;
+        if olen == 10 {
+            let word =
+                |i: usize| u32::from_be_bytes([byte(i), byte(i + 1), byte(i + 2), byte(i + 3)]);
+            seen.sack_start = word(at + 4);
+            seen.sack_end = word(at + 8);
+        }
         at += 2 + olen;
     }
     if at > len {
@@ -329,6 +435,7 @@ mod tests {
             window: 500,
             flags: ACK,
             seen: 1,
+            stale_until_ns: 0,
         }
     }
 
@@ -585,5 +692,123 @@ mod tests {
         record(&mut st, &ack(2000));
         record(&mut st, &ack(1500));
         assert_eq!((st.last_ack, st.seen), (2000, 1));
+    }
+
+    #[test]
+    fn only_acks_the_mode_could_not_drop_jump_their_flows_queue() {
+        use AckFilter::*;
+        for reason in KeepReason::ALL {
+            let jumps = matches!(reason, KeepReason::NoLaterData | KeepReason::Window);
+            assert_eq!(jumps_queue(Conservative, reason, 2), jumps, "{reason:?}");
+            assert!(!jumps_queue(Conservative, reason, 1), "{reason:?}");
+            assert_eq!(jumps_queue(Aggressive, reason, 1), jumps, "{reason:?}");
+            assert!(!jumps_queue(Aggressive, reason, 0), "{reason:?}");
+            assert!(!jumps_queue(Off, reason, 2), "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn acks_a_jump_overtook_clock_only_what_the_receiver_sends_anyway() {
+        let now = 100 * MS;
+        let mut st = state(1000);
+        st.overtaken(now + 2 * MS);
+        let ahead = Ahead::of(now + 2 * MS, now + MS, now, &st);
+        assert_eq!(ahead, Ahead { all: 2, fresh: 0 });
+        let c = AckFilter::Conservative;
+        // Data beyond it is on its way: the receiver acknowledges it whatever the sender does.
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&pushed(5000)), ahead),
+            AckVerdict::Drop
+        );
+        // The rest of a write: only ACKs with news for the sender would bring it.
+        let mid = ReverseState::first(2000, ACK);
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&mid), ahead),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+        // Packets scheduled after the jump are fresh again; the horizon never moves back.
+        st.overtaken(now);
+        assert_eq!(
+            Ahead::of(now + 4 * MS, now + 3 * MS, now, &st),
+            Ahead { all: 2, fresh: 2 }
+        );
+        assert_eq!(
+            Ahead::of(now + 4 * MS, now + MS, now, &st),
+            Ahead { all: 2, fresh: 1 }
+        );
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&mid), Ahead { all: 2, fresh: 2 }),
+            AckVerdict::Drop
+        );
+    }
+
+    #[test]
+    fn a_single_sack_block_is_dropped_once_data_beyond_it_has_arrived() {
+        let st = state(2000);
+        let c = AckFilter::Conservative;
+        let sacked = |ack: u32, start: u32, end: u32| AckSeen {
+            sack: true,
+            sack_start: start,
+            sack_end: end,
+            ..super::tests::ack(ack)
+        };
+        // The hole at 2000 stays; 5000-6000 arrived; data up to 7000 has arrived since.
+        let dup = sacked(2000, 5000, 6000);
+        assert_eq!(
+            decide(c, &dup, &st, Some(&pushed(7000)), 2),
+            AckVerdict::Drop
+        );
+        // Nothing beyond the block yet: the next ACK may not come.
+        assert_eq!(
+            decide(c, &dup, &st, Some(&pushed(6000)), 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        assert_eq!(
+            decide(c, &dup, &st, None, 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        // More than one block (zero edges from the scan): a new one could push one out.
+        let two = AckSeen {
+            sack_start: 0,
+            sack_end: 0,
+            ..dup
+        };
+        assert_eq!(
+            decide(c, &two, &st, Some(&pushed(7000)), 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        // A D-SACK (at or below the cumulative ACK) is never repeated.
+        let dsack = sacked(2000, 1000, 1500);
+        assert_eq!(
+            decide(c, &dsack, &st, Some(&pushed(7000)), 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        // An ACK below the last one is reordered, not redundant; the ACK clock still counts.
+        assert_eq!(
+            decide(c, &sacked(1000, 5000, 6000), &st, Some(&pushed(7000)), 2),
+            AckVerdict::Keep(KeepReason::Duplicate)
+        );
+        assert_eq!(
+            decide(c, &dup, &st, Some(&pushed(7000)), 1),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+        // The scan reads the block's edges only when there is one.
+        let mut seen = AckSeen::default();
+        let one = [
+            1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 1, 1, 5, 10, 0, 0, 0x13, 0x88, 0, 0, 0x17, 0x70,
+        ];
+        scan_options(&one, one.len(), &mut seen);
+        assert_eq!(
+            (seen.sack, seen.sack_start, seen.sack_end),
+            (true, 5000, 6000)
+        );
+        let mut seen = AckSeen::default();
+        let mut two_blocks = one[..16].to_vec();
+        two_blocks[15] = 18;
+        two_blocks.extend_from_slice(&[
+            0, 0, 0x13, 0x88, 0, 0, 0x17, 0x70, 0, 0, 0x1f, 0x40, 0, 0, 0x23, 0x28,
+        ]);
+        scan_options(&two_blocks, two_blocks.len(), &mut seen);
+        assert_eq!((seen.sack, seen.sack_start, seen.sack_end), (true, 0, 0));
     }
 }

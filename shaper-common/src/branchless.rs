@@ -25,6 +25,19 @@ pub fn max(a: u64, b: u64) -> u64 {
     a.wrapping_sub(a.wrapping_sub(b) & below_mask(a, b))
 }
 
+/// 1 when `a < b`, else 0 (operands below 2^63).
+#[inline(always)]
+pub fn below(a: u64, b: u64) -> u64 {
+    below_mask(a, b) & 1
+}
+
+/// `if_one` when `bit` is 1, `if_zero` when it is 0.
+#[inline(always)]
+pub fn select(bit: u64, if_one: u64, if_zero: u64) -> u64 {
+    let mask = 0u64.wrapping_sub(bit);
+    (if_one & mask) | (if_zero & !mask)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +50,9 @@ mod tests {
             for b in values {
                 assert_eq!(min(a, b), a.min(b), "min({a}, {b})");
                 assert_eq!(max(a, b), a.max(b), "max({a}, {b})");
+                assert_eq!(below(a, b), (a < b) as u64, "below({a}, {b})");
+                assert_eq!(select(1, a, b), a);
+                assert_eq!(select(0, a, b), b);
             }
         }
     }

@@ -377,6 +377,9 @@ pub struct DatapathStats {
     pub ack_seen: u64,
     pub ack_dropped: u64,
     pub ack_kept: [u64; KeepReason::COUNT],
+    /// Kept pure ACKs sent at once, ahead of their flow's packets still scheduled
+    /// ([`crate::ackfilter::jumps_queue`]).
+    pub ack_jumped: u64,
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -435,6 +438,7 @@ impl DatapathStats {
         for (a, b) in self.ack_kept.iter_mut().zip(other.ack_kept.iter()) {
             *a += b;
         }
+        self.ack_jumped += other.ack_jumped;
     }
 }
 
@@ -490,14 +494,14 @@ const _: () = {
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (11
+            == 8 * (12
                 + DropReason::COUNT
                 + PassReason::COUNT
                 + DELAY_BUCKETS
                 + 2 * MAX_TINS
                 + KeepReason::COUNT)
     );
-    assert!(core::mem::size_of::<AckState>() == 8);
+    assert!(core::mem::size_of::<AckState>() == 16);
     assert!(core::mem::size_of::<ReverseState>() == 8);
 };
 

@@ -13,8 +13,8 @@ use aya_ebpf::{
 };
 use shaper_common::{
     ackfilter::{
-        AckFilter, AckSeen, AckState, AckVerdict, ReverseState, decide, is_pure_ack, record,
-        scan_options,
+        AckFilter, AckSeen, AckState, AckVerdict, Ahead, ReverseState, decide, is_pure_ack,
+        jumps_queue, record, scan_options,
     },
     datapath::{DatapathStats, FlowKey, ShaperConfig},
 };
@@ -62,22 +62,36 @@ fn ack_key(info: &PacketInfo, reversed: bool) -> FlowKey {
     }
 }
 
-/// The filter's decision on a pure ACK (in `shaper_ack_filter`). Updates the flow's ACK state
-/// either way; counts in `stats`.
+/// What becomes of a pure ACK.
+pub enum Filtered {
+    Drop,
+    /// Scheduled like any packet, behind its flow's.
+    Keep,
+    /// Scheduled to leave at once, ahead of its flow's packets still scheduled (see
+    /// `jumps_queue`), if its flow's clock allows it.
+    KeepFirst,
+}
+
+/// The filter's decision on a pure ACK (in `shaper_ack_filter`), `departures` being its flow's
+/// two most recent (`fair::recent_departures`). Updates the flow's ACK state either way;
+/// counts in `stats`.
 #[inline(always)]
 pub fn filter(
     ctx: &TcContext,
     info: &PacketInfo,
     config: &ShaperConfig,
-    ahead: u32,
+    departures: (u64, u64),
+    now: u64,
     stats: &mut DatapathStats,
-) -> bool {
+) -> Filtered {
     stats.ack_seen += 1;
     let mut seen = AckSeen {
         ack: info.tcp_ack,
         window: info.tcp_window,
         flags: info.tcp_flags,
         sack: false,
+        sack_start: 0,
+        sack_end: 0,
         unknown_option: false,
     };
     let options = (info.tcp_header_len as usize).saturating_sub(20);
@@ -111,30 +125,32 @@ pub fn filter(
         let _ = ACKS.insert(&key, &AckState::default(), BPF_NOEXIST as u64);
     }
     let Some(state) = ACKS.get_ptr_mut(&key) else {
-        return false;
+        return Filtered::Keep;
     };
     // SAFETY: map value, valid for this run.
     let state = unsafe { &mut *state };
     // SAFETY: as above.
     let data = REVERSE.get_ptr_mut(&key).map(|r| unsafe { &*r });
-    let verdict = decide(
-        AckFilter::from_u32(config.ack_filter),
-        &seen,
-        state,
-        data,
-        ahead,
-    );
+    let mode = AckFilter::from_u32(config.ack_filter);
+    let (last, prev) = departures;
+    let ahead = Ahead::of(last, prev, now, state);
+    let verdict = decide(mode, &seen, state, data, ahead);
     record(state, &seen);
     match verdict {
         AckVerdict::Drop => {
             stats.ack_dropped += 1;
-            true
+            Filtered::Drop
         }
         AckVerdict::Keep(reason) => {
             if let Some(n) = stats.ack_kept.get_mut(reason as usize) {
                 *n += 1;
             }
-            false
+            if jumps_queue(mode, reason, ahead.fresh) {
+                state.overtaken(if last > prev { last } else { prev });
+                Filtered::KeepFirst
+            } else {
+                Filtered::Keep
+            }
         }
     }
 }

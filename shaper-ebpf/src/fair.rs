@@ -16,6 +16,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     aqm::{self, Verdict},
+    branchless,
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
         host_flags,
@@ -48,6 +49,15 @@ static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_04
 /// Buckets that absorb a host's new flows beyond its per-epoch quota.
 const OVERFLOW_BUCKETS: u16 = 16;
 
+/// Values of the control-block word in which the ACK filter asks the scheduler to send a kept
+/// ACK ahead of its flow's packets (`shaper_common::ackfilter::jumps_queue`), and the scheduler
+/// answers. Zero: neither.
+pub mod jump {
+    pub const WANTED: u32 = 1;
+    /// It leaves now; the egress path gives it the priority that takes it past fq's flows.
+    pub const GRANTED: u32 = 2;
+}
+
 pub enum Scheduled {
     /// Depart at this time; `contended` when a clock took its fallback path.
     At {
@@ -69,7 +79,14 @@ pub enum Scheduled {
 /// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`. `ahead` is another word
 /// of it, zero on entry: it carries whether the host goes ahead of the calendar's bookings from
 /// the host's lookup to the booking (a flag the verifier knows on each path would keep every
-/// later path apart, and the program would no longer verify within its limits).
+/// later path apart, and the program would no longer verify within its limits). `jump` is a
+/// third ([`jump`]): a kept ACK the filter wants sent first leaves now instead of behind its
+/// flow's packets, charged to its flow's clock, its host's guard and the calendar as if it had
+/// waited; it is not recorded among its flow's departures (see `recent_departures`).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "three of them are control-block words"
+)]
 #[inline(always)]
 pub fn schedule(
     info: &PacketInfo,
@@ -79,6 +96,7 @@ pub fn schedule(
     tcp_tstamp: u64,
     rewrite: &mut u32,
     ahead: &mut u32,
+    jump: &mut u32,
 ) -> Scheduled {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
@@ -167,6 +185,19 @@ pub fn schedule(
         Reserved::AtContended(t) => (t, true),
         Reserved::BeyondHorizon => return Scheduled::Dropped(DropReason::Horizon),
     };
+    // Arithmetic, not compares (see `branchless`): 1 when the filter wants it first and its
+    // flow's queue would hold it. Its wire time is charged where it would have waited (the
+    // flow's clock above, the host's guard and the calendar below), and it leaves now: the
+    // calendar's bins carry the same time, one ACK earlier. As a host that goes ahead, it is
+    // not held behind other hosts' bookings.
+    // SAFETY: words of the skb's control block, read back from memory (see above).
+    let jumps = unsafe { core::ptr::read_volatile(jump) } as u64
+        & jump::WANTED as u64
+        & branchless::below(now, want);
+    unsafe {
+        core::ptr::write_volatile(jump, (jumps * jump::GRANTED as u64) as u32);
+        core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | jumps as u32);
+    }
     // The host's guard: its flows may book ahead of its allocation by the slack (their own
     // queues), no further. It bites only when the flow levels overbook the host. A sparse
     // packet is charged to the guard but not held by it, so it skips its host's queue; it does
@@ -199,6 +230,9 @@ pub fn schedule(
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
     let ahead = sparse || priority_tin(info.tin) || host_ahead;
+    // SAFETY: as above.
+    let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
+    let guarded = branchless::select(jumps, now, guarded);
     let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, ahead);
     let depart = booked.depart_ns;
     if depart > want {
@@ -210,7 +244,9 @@ pub fn schedule(
     // level plus any push by the calendar. A flow kept busy here accounts for the whole interval
     // whether its level or the overbooked aggregate held it back, so the count of busy flows is
     // the number of flows, not the rate divided by a level that may be wrong.
-    let clock_ns = depart + tx_flow - want;
+    // Where its flow's clock put it: for a packet sent first, behind its flow's queue.
+    let charged = branchless::max(depart, want);
+    let clock_ns = charged + tx_flow - want;
     // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
     // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
     // would go to the very flows that overbooked. A sparse packet is held by neither, but one
@@ -221,12 +257,15 @@ pub fn schedule(
         && host_fp != 0
         && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
             > now + slack_ns + edt::tx_time_ns(wire, host_fp);
-    count(host, flow, wire, clock_ns, depart > now || over_allocation);
+    count(host, flow, wire, clock_ns, charged > now || over_allocation);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
-    flow.prev_depart_ns = flow.last_depart_ns;
-    flow.last_depart_ns = depart;
+    // A packet sent ahead of its flow's queue is not scheduled ahead of anything: the flow's
+    // departures stay those of its queue, which the filter now reads as stale.
+    let (last, prev) = (flow.last_depart_ns, flow.prev_depart_ns);
+    flow.prev_depart_ns = branchless::select(jumps, prev, last);
+    flow.last_depart_ns = branchless::select(jumps, last, depart);
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);
     }
@@ -277,18 +316,16 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
     )
 }
 
-/// How many of the packet's flow's packets are still scheduled ahead of `now` (0, 1, 2+), for
-/// the ACK filter. Computes the flow's key as `schedule` does; a flow not seen yet has none.
+/// The departures of the packet's flow's two most recent packets (last, previous), for the ACK
+/// filter. Computes the flow's key as `schedule` does; a flow not seen yet has none (zeros).
 #[inline(always)]
-pub fn scheduled_ahead(info: &PacketInfo, config: &ShaperConfig, now: u64) -> u32 {
+pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64) {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     let key = key(info, mode.flow_fields(), config);
     match FLOWS.get_ptr_mut(&key) {
         // SAFETY: map value, valid for this run.
-        Some(f) => unsafe {
-            shaper_common::ackfilter::scheduled_ahead((*f).last_depart_ns, (*f).prev_depart_ns, now)
-        },
-        None => 0,
+        Some(f) => unsafe { ((*f).last_depart_ns, (*f).prev_depart_ns) },
+        None => (0, 0),
     }
 }
 

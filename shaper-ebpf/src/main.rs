@@ -44,6 +44,9 @@ use crate::{
 /// 6.11, the same value).
 const BPF_SKB_TSTAMP_DELIVERY_MONO: u32 = 1;
 
+/// `skb->priority` of control traffic (`TC_PRIO_CONTROL`, include/uapi/linux/pkt_sched.h).
+const TC_PRIO_CONTROL: u32 = 7;
+
 #[map(name = "SHAPER_CONFIG")]
 static CONFIG: Array<ShaperConfig> = Array::with_max_entries(1, 0);
 
@@ -117,6 +120,10 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     };
     // SAFETY: per-CPU map value, this packet's until the run ends (see `PACKET`).
     unsafe { *slot = info };
+    // The word the ACK filter asks the scheduler in to send an ACK first (`fair::jump`);
+    // whatever the stack left in the control block must not read as a request.
+    // SAFETY: the context is a valid __sk_buff for the whole run.
+    unsafe { (*ctx.skb.skb).cb[3] = 0 };
     if ackfilter::candidate(&info, config) {
         unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
         // The filter could not be called: the ACK is simply kept.
@@ -163,8 +170,8 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
         0
     };
     skb.cb[2] = 0;
-    let [_, rewrite, ahead, _, _] = &mut skb.cb;
-    let depart = match fair::schedule(info, config, wire, now, skb.tstamp, rewrite, ahead) {
+    let [_, rewrite, ahead, jump, _] = &mut skb.cb;
+    let depart = match fair::schedule(info, config, wire, now, skb.tstamp, rewrite, ahead, jump) {
         Scheduled::At {
             depart_ns,
             contended,
@@ -205,6 +212,15 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     if depart > stats.latest_depart_ns {
         stats.latest_depart_ns = depart;
     }
+    // SAFETY: a word of the control block, written by `fair::schedule` (see `fair::jump`).
+    if unsafe { core::ptr::read_volatile(&skb.cb[3]) } == fair::jump::GRANTED {
+        // fq sends control-priority packets from its internal queue before any flow's, without
+        // reading their time: the one way past the flow's own packets, which fq keeps in time
+        // order but only looks at again when the earliest of them is due. Forwarding resets
+        // the priority at the next hop; nothing else here reads it.
+        skb.priority = TC_PRIO_CONTROL;
+        stats.ack_jumped += 1;
+    }
     stats.shaped_packets += 1;
     stats.shaped_bytes += wire;
     let t = info.tin as usize & (MAX_TINS - 1);
@@ -235,9 +251,12 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    let ahead = fair::scheduled_ahead(info, config, now);
-    if ackfilter::filter(&ctx, info, config, ahead, stats) {
-        return TC_ACT_SHOT as i32;
+    let departures = fair::recent_departures(info, config);
+    match ackfilter::filter(&ctx, info, config, departures, now, stats) {
+        ackfilter::Filtered::Drop => return TC_ACT_SHOT as i32,
+        ackfilter::Filtered::Keep => {}
+        // SAFETY: the context is a valid __sk_buff for the whole run.
+        ackfilter::Filtered::KeepFirst => unsafe { (*ctx.skb.skb).cb[3] = fair::jump::WANTED },
     }
     unsafe { PROGRAMS.tail_call(&ctx, program_slots::SCHEDULE) };
     // Not callable: the ACK leaves unshaped, counted.

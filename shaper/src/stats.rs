@@ -65,6 +65,8 @@ pub struct AckFilterRow {
     pub seen: u64,
     pub dropped: u64,
     pub kept: std::collections::BTreeMap<&'static str, u64>,
+    /// Kept ACKs sent at once, ahead of their flow's packets still scheduled.
+    pub jumped: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -158,6 +160,7 @@ impl Report {
                     .iter()
                     .map(|r| (r.name(), view.stats.ack_kept[*r as usize]))
                     .collect(),
+                jumped: view.stats.ack_jumped,
             },
             diffserv: state.diffserv.clone(),
             tins: Diffserv::parse(&state.diffserv)
@@ -182,7 +185,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -215,6 +218,7 @@ impl Report {
             self.ack_filter.seen,
             self.ack_filter.dropped,
             list(&self.ack_filter.kept),
+            self.ack_filter.jumped,
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,

@@ -3,6 +3,7 @@
 
 const SIZE: usize = 192;
 const OFF_MARK: usize = 8;
+const OFF_PRIORITY: usize = 32;
 const OFF_INGRESS_IFINDEX: usize = 36;
 const OFF_TSTAMP: usize = 152;
 const OFF_WIRE_LEN: usize = 160;
@@ -48,6 +49,10 @@ impl SkbContext {
     pub fn with_mark(mut self, mark: u32) -> Self {
         self.set_u32(OFF_MARK, mark);
         self
+    }
+    /// `skb->priority` (fq sends `TC_PRIO_CONTROL`, 7, ahead of every flow).
+    pub fn priority(&self) -> u32 {
+        self.get_u32(OFF_PRIORITY)
     }
     /// `skb->skb_iif`: the device the packet came in by (a forwarded packet's), or the IFB
     /// that handed it back.

@@ -136,6 +136,77 @@ fn acks_covered_by_a_certain_later_ack_are_dropped_once_two_are_scheduled() {
     assert_eq!(s.shaped_packets, 3);
 }
 
+/// TC_PRIO_CONTROL: what fq sends first, without reading the time.
+const SENT_FIRST: u32 = 7;
+
+#[test]
+fn a_kept_ack_leaves_ahead_of_its_flows_scheduled_acks_and_is_charged_for_it() {
+    let mut h = harness(AckFilter::Conservative);
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+    let out = |h: &mut Harness, s: &Seg| h.run(&s.frame(true), &SkbContext::default());
+    let first = out(&mut h, &Seg::ack(10_001));
+    let queued = [
+        out(&mut h, &Seg::ack(20_001)),
+        out(&mut h, &Seg::ack(30_001)),
+    ];
+    for o in [&first, &queued[0], &queued[1]] {
+        assert_eq!((o.verdict, o.ctx.priority()), (PASS, 0), "{o:?}");
+    }
+    let tx = queued[1].ctx.tstamp() - queued[0].ctx.tstamp();
+    assert!(
+        tx > 400_000,
+        "a 66-byte ACK takes ~0.5 ms at 1 Mbit/s: {tx} ns"
+    );
+    assert_eq!(out(&mut h, &Seg::ack(40_001)).verdict, DROP, "covered");
+    // The end of what arrived: kept, and sent now, ahead of the two older ACKs it covers.
+    let last = out(&mut h, &Seg::ack(100_001));
+    assert_eq!((last.verdict, last.ctx.priority()), (PASS, SENT_FIRST));
+    assert!(
+        last.ctx.tstamp() < queued[0].ctx.tstamp(),
+        "stamped before the ACKs it overtakes: {last:?} {queued:?}"
+    );
+    let s = h.view().stats;
+    assert_eq!((s.ack_jumped, s.shaped_packets), (1, 4));
+    // The overtaken ACKs still count for a covered ACK whose later one the receiver sends
+    // anyway: no new ACK queues behind them.
+    h.run_ingress(&Seg::data(109_001, 1000).frame(false));
+    assert_eq!(out(&mut h, &Seg::ack(105_001)).verdict, DROP);
+    // Its flow's clock was charged for it: the flow's next packet (data, not for the filter)
+    // waits for the stale ACKs and for the wire time the jump took.
+    let data = Seg {
+        payload: 100,
+        ..Seg::ack(105_001)
+    };
+    let next = out(&mut h, &data);
+    assert_eq!((next.verdict, next.ctx.priority()), (PASS, 0));
+    assert!(
+        next.ctx.tstamp() >= queued[1].ctx.tstamp() + 2 * tx - tx / 10,
+        "{next:?} after {queued:?} + 2 x {tx} ns"
+    );
+    assert_eq!(h.view().stats.ack_jumped, 1);
+}
+
+#[test]
+fn no_ack_jumps_with_the_filter_off_or_with_an_unknown_option() {
+    for (mode, options) in [
+        (AckFilter::Off, Vec::new()),
+        (AckFilter::Aggressive, vec![30, 4, 0, 0]),
+    ] {
+        let mut h = harness(mode);
+        h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+        for n in 1..=10 {
+            let s = Seg {
+                options: options.clone(),
+                ..Seg::ack(n * 10_000)
+            };
+            let o = h.run(&s.frame(true), &SkbContext::default());
+            assert_eq!((o.verdict, o.ctx.priority()), (PASS, 0), "{mode:?} {n}");
+        }
+        assert_eq!(h.view().stats.ack_jumped, 0);
+    }
+}
+
 #[test]
 fn aggressive_needs_only_one_scheduled() {
     let mut h = harness(AckFilter::Aggressive);
@@ -245,21 +316,40 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
     );
     // A duplicate ACK signals loss.
     assert_eq!(send(&mut h, &Seg::ack(30_001)), PASS);
-    // SACK blocks present, and growing.
-    let sack = |hi: u32| {
+    // SACK blocks: kept while a later ACK may not report them again.
+    let sack = |blocks: &[(u32, u32)]| {
         let mut o = ts.clone();
-        o.extend_from_slice(&[1, 1, 5, 10]);
-        o.extend_from_slice(&50_001u32.to_be_bytes());
-        o.extend_from_slice(&hi.to_be_bytes());
+        o.extend_from_slice(&[1, 1, 5, 2 + 8 * blocks.len() as u8]);
+        for (start, end) in blocks {
+            o.extend_from_slice(&start.to_be_bytes());
+            o.extend_from_slice(&end.to_be_bytes());
+        }
         o
     };
+    // One block reaching the end of the data seen: nothing says another ACK comes.
     assert_eq!(
-        send(&mut h, &with(40_001, &|s| s.options = sack(60_001))),
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options = sack(&[(50_001, 1_000_001)]))
+        ),
         PASS
     );
+    // Two blocks: a later one could push one of them out of the option.
     assert_eq!(
-        send(&mut h, &with(40_001, &|s| s.options = sack(70_001))),
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options =
+                sack(&[(70_001, 80_001), (50_001, 60_001)]))
+        ),
         PASS
+    );
+    // One block with data beyond it seen: the later ACK reports it again, or more.
+    assert_eq!(
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options = sack(&[(50_001, 60_001)]))
+        ),
+        DROP
     );
     // An option the filter does not know (MPTCP, kind 30).
     assert_eq!(
