@@ -36,6 +36,16 @@ impl AckFilter {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
 
+    /// How many of a flow's packets must be scheduled ahead before the mode drops a covered
+    /// ACK (rule 7 of docs/ack-filter.md); `None` when it drops nothing.
+    pub const fn scheduled_needed(self) -> Option<u32> {
+        match self {
+            Self::Off => None,
+            Self::Conservative => Some(2),
+            Self::Aggressive => Some(1),
+        }
+    }
+
     pub const fn from_u32(v: u32) -> Self {
         match v {
             1 => Self::Conservative,
@@ -303,10 +313,8 @@ pub fn decide(
     if seen.window != state.window && !data.data_beyond(seen.ack) {
         return keep(KeepReason::Window);
     }
-    let needed = match mode {
-        AckFilter::Off => return keep(KeepReason::FewScheduled),
-        AckFilter::Conservative => 2,
-        AckFilter::Aggressive => 1,
+    let Some(needed) = mode.scheduled_needed() else {
+        return keep(KeepReason::FewScheduled);
     };
     // The ACKs that keep the sender's clock until the later one comes. When the receiver
     // acknowledges data already on its way whatever the sender does, any scheduled packet
@@ -323,28 +331,30 @@ pub fn decide(
     AckVerdict::Drop
 }
 
-/// Whether a kept ACK leaves at once, ahead of the `ahead` packets its flow still has
-/// scheduled, instead of behind them.
+/// Whether a kept ACK leaves at once, ahead of the `fresh` packets its flow still has
+/// scheduled (not overtaken before, see [`Ahead`]), instead of behind them.
 ///
 /// A cumulative ACK says all that the flow's older ACKs say and more: sent behind them, it
 /// reaches the sender as late as they are long. CAKE removes the older ones from its queue; fq
 /// cannot give a queued packet back, so shaper sends the newest first and lets the older ones
 /// follow, stale (TCP discards an ACK below what it has already been acknowledged). The flow's
 /// clock is charged for it as for any packet, so the flow keeps to its share; the stale ones
-/// cost uplink time that CAKE saves, which is why only ACKs the filter could not drop jump.
+/// cost uplink time that CAKE saves, so only the ACKs the sender waits for jump: those kept
+/// as the end of a write or for a window the rest of one depends on (not SACK or duplicate
+/// ACKs, nor ones with options the filter does not understand).
 ///
-/// Only when the mode would drop a covered ACK here (as many scheduled as it keeps). Never for
-/// an ACK whose options the filter does not understand (it may not be cumulative). The flow's
-/// packets it overtakes are stale from then on ([`AckState::overtaken`]): they still count for
-/// dropping an ACK whose later one the receiver sends whatever the sender does, so no new ACK
-/// queues behind them meanwhile, and not for one whose later one needs the sender to hear.
-pub const fn jumps_queue(mode: AckFilter, reason: KeepReason, ahead: u32) -> bool {
-    let needed = match mode {
-        AckFilter::Off => return false,
-        AckFilter::Conservative => 2,
-        AckFilter::Aggressive => 1,
-    };
-    ahead >= needed && matches!(reason, KeepReason::NoLaterData | KeepReason::Window)
+/// Only when the mode would drop a covered ACK here (as many fresh ones scheduled as it
+/// keeps). The flow's packets it overtakes are stale from then on ([`AckState::overtaken`]):
+/// they still count for dropping an ACK whose later one the receiver sends whatever the sender
+/// does, so no new ACK queues behind them meanwhile, and not for one whose later one needs the
+/// sender to hear, nor for another jump.
+pub const fn jumps_queue(mode: AckFilter, reason: KeepReason, fresh: u32) -> bool {
+    match mode.scheduled_needed() {
+        Some(needed) => {
+            fresh >= needed && matches!(reason, KeepReason::NoLaterData | KeepReason::Window)
+        }
+        None => false,
+    }
 }
 
 impl AckState {

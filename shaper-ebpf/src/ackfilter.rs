@@ -68,7 +68,7 @@ pub enum Filtered {
     /// Scheduled like any packet, behind its flow's.
     Keep,
     /// Scheduled to leave at once, ahead of its flow's packets still scheduled (see
-    /// `jumps_queue`), if its flow's clock allows it.
+    /// `jumps_queue`), if its flow's queue would hold it.
     KeepFirst,
 }
 

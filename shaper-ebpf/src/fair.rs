@@ -230,6 +230,8 @@ pub fn schedule(
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
     let ahead = sparse || priority_tin(info.tin) || host_ahead;
+    // Read back rather than kept in a register since the guard: a value the verifier tracks
+    // across the guard's branches keeps their paths apart.
     // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
     let guarded = branchless::select(jumps, now, guarded);
