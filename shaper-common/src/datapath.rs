@@ -399,6 +399,22 @@ pub fn delay_bucket(delay_ns: u64) -> usize {
     bucket
 }
 
+/// The bucket of a histogram holding its `per_mille` / 1000 quantile: the first whose running
+/// count reaches that rank. `None` when the histogram is empty. Shared by `shaper stats` and
+/// the lab's reports, which pool several runs' histograms.
+pub fn quantile_bucket(counts: &[u64], per_mille: u64) -> Option<usize> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = total.saturating_mul(per_mille).div_ceil(1000).max(1);
+    let mut seen = 0;
+    counts.iter().position(|&n| {
+        seen += n;
+        seen >= rank
+    })
+}
+
 /// The upper bound (ns) of a bucket; `u64::MAX` for the last.
 pub const fn delay_bucket_upper_ns(bucket: usize) -> u64 {
     if bucket >= DELAY_BUCKETS - 1 {
@@ -573,6 +589,18 @@ mod tests {
         // Two flows at 475 kbit/s: their floors (51 ms) and the four bins (51 ms) agree.
         let two = host_slack_ns(&slow, ns_per_byte_fp(475_000));
         assert!((50 * MS..52 * MS).contains(&two), "{two}");
+    }
+
+    #[test]
+    fn quantile_bucket_is_the_first_to_reach_the_rank() {
+        assert_eq!(quantile_bucket(&[0, 0, 0], 500), None);
+        // 10 frames: the median is the 5th, the 99th percentile the 10th.
+        let h = [4, 1, 0, 5];
+        assert_eq!(quantile_bucket(&h, 500), Some(1));
+        assert_eq!(quantile_bucket(&h, 990), Some(3));
+        assert_eq!(quantile_bucket(&h, 400), Some(0));
+        // The smallest quantile is still a frame's bucket, not an empty one before it.
+        assert_eq!(quantile_bucket(&[0, 3], 0), Some(1));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use shaper_common::{
     ackfilter::KeepReason,
     datapath::{
         DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, PassReason,
-        delay_bucket_upper_ns,
+        delay_bucket_upper_ns, quantile_bucket,
     },
     diffserv::Diffserv,
     edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
@@ -84,26 +84,14 @@ pub struct DelayBucket {
     pub frames: u64,
 }
 
-/// The upper bound (µs) of the bucket holding quantile `q` of the frames.
-fn quantile_us(hist: &[u64; DELAY_BUCKETS], q: f64) -> Option<u64> {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = (q * total as f64).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (i, n) in hist.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            let upper = delay_bucket_upper_ns(i);
-            return Some(if upper == u64::MAX {
-                u64::MAX
-            } else {
-                upper / 1_000
-            });
-        }
-    }
-    None
+/// The upper bound (µs) of the bucket holding the `per_mille` quantile of the frames.
+fn quantile_us(hist: &[u64; DELAY_BUCKETS], per_mille: u64) -> Option<u64> {
+    let upper = delay_bucket_upper_ns(quantile_bucket(hist, per_mille)?);
+    Some(if upper == u64::MAX {
+        u64::MAX
+    } else {
+        upper / 1_000
+    })
 }
 
 impl Report {
@@ -151,8 +139,8 @@ impl Report {
                     frames,
                 })
                 .collect(),
-            delay_p50_us: quantile_us(&view.stats.delay_hist, 0.5),
-            delay_p99_us: quantile_us(&view.stats.delay_hist, 0.99),
+            delay_p50_us: quantile_us(&view.stats.delay_hist, 500),
+            delay_p99_us: quantile_us(&view.stats.delay_hist, 990),
             ack_filter: AckFilterRow {
                 seen: view.stats.ack_seen,
                 dropped: view.stats.ack_dropped,

@@ -14,9 +14,10 @@ use shaper_tests::{
 };
 
 const SECOND: u64 = 1_000_000_000;
-/// 1 Mbit/s: a 66-byte ACK takes 0.5 ms, so back-to-back test runs find earlier ones still
-/// scheduled.
-const RATE: u64 = 1_000_000;
+/// 100 kbit/s: a 66-byte ACK takes 5 ms, so back-to-back test runs find earlier ones still
+/// scheduled even on a loaded machine (at 1 Mbit/s, 0.5 ms, a stall of the test process
+/// between two runs let them leave, and an ACK meant to be dropped was kept).
+const RATE: u64 = 100_000;
 const HOST: [u8; 4] = [10, 0, 0, 1];
 const PEER: [u8; 4] = [10, 0, 0, 2];
 

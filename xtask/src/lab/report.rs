@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::{
     RunResult, joins, load_results, plot,
     queues::{Levels, QueueSummary},
-    results::ProbeLatency,
+    results::{ProbeLatency, scheduled_delay_ms},
     scenario::ProbeKind,
     stats::{self, Spread},
     transfers::{self, Pooled},
@@ -98,6 +98,7 @@ const HEADER_TAIL: &[&str] = &[
     "retrans",
     "drops path/contender",
     "ECN marks",
+    "scheduled delay p50/p99",
     "VM CPU",
     "host CPU, others",
 ];
@@ -247,10 +248,27 @@ fn row(
             num(m(&|r| Some(r.drops_contender as f64)), 0)
         ),
         num(m(&|r| Some(r.marks_contender as f64)), 0),
+        scheduled_delay(&ok),
         format!("{}%", num(m(&|r| Some(r.cpu_busy_share * 100.0)), 0)),
         m(&|r| r.host_others_cpu.map(|x| x * 100.0)).map_or("-".into(), |v| format!("{v:.0}%")),
     ]);
     row
+}
+
+/// shaper's scheduled delay (pooled over the repetitions) as the bounds of the histogram
+/// buckets its median and 99th percentile fall in: "< 512 µs / < 16.4 ms".
+fn scheduled_delay(ok: &[&RunResult]) -> String {
+    let bound = |per_mille| {
+        scheduled_delay_ms(ok, per_mille).map(|ms| match ms {
+            ms if ms.is_infinite() => "> 1 s".to_string(),
+            ms if ms < 1.0 => format!("< {:.0} µs", ms * 1e3),
+            ms => format!("< {ms:.1} ms"),
+        })
+    };
+    match (bound(500), bound(990)) {
+        (Some(p50), Some(p99)) => format!("{p50} / {p99}"),
+        _ => "-".into(),
+    }
 }
 
 /// The groups of a side table (queues, joins): each distinct item among the successful runs,
@@ -764,10 +782,41 @@ mod tests {
             "0",
             "0/3",
             "7",
+            "-",
             "50%",
             "-",
         ];
         assert_eq!(t.rows[0], before);
+    }
+
+    #[test]
+    fn scheduled_delay_pools_the_repetitions_and_the_places() {
+        // Buckets as `shaper stats --json` writes them: below 64 µs, below 128 µs, open.
+        let hist = |a: u64, b: u64, c: u64| {
+            serde_json::json!({"delay_hist": [
+                {"below_us": 64, "frames": a}, {"below_us": 128, "frames": b},
+                {"below_us": null, "frames": c},
+            ]})
+        };
+        let mut one = loaded(95.0, 1.0, 5.0, 1);
+        one.shaper.insert("server".into(), hist(10, 0, 0));
+        one.shaper.insert("server-ingress".into(), hist(0, 9, 0));
+        let mut two = loaded(95.0, 1.0, 5.0, 2);
+        two.shaper.insert("server".into(), hist(0, 0, 1));
+        // 20 frames: the 10th is in the first bucket, the 20th in the open one.
+        assert_eq!(scheduled_delay_ms(&[&one, &two], 500), Some(0.064));
+        assert_eq!(scheduled_delay_ms(&[&one, &two], 990), Some(f64::INFINITY));
+        let t = Table::of(&[&one, &two]);
+        let at = |name: &str| t.rows[0][t.header.iter().position(|h| h == name).unwrap()].clone();
+        assert_eq!(at("scheduled delay p50/p99"), "< 64 µs / > 1 s");
+        assert_eq!(
+            Table::of(&[&one]).rows[0][t
+                .header
+                .iter()
+                .position(|h| h == "scheduled delay p50/p99")
+                .unwrap()],
+            "< 64 µs / < 128 µs"
+        );
     }
 
     #[test]

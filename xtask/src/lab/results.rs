@@ -9,6 +9,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use shaper_common::datapath::quantile_bucket;
 
 use super::{
     joins::{self, Join},
@@ -373,6 +374,33 @@ fn shaper_counters(v: &Value) -> (u64, u64) {
         .map(|m| m.values().filter_map(Value::as_u64).sum())
         .unwrap_or(0);
     (drops, v["ecn_marked"].as_u64().unwrap_or(0))
+}
+
+/// The `per_mille` / 1000 quantile of the scheduled delay (departure minus stamping time) of every frame
+/// shaper stamped in these runs, pooled over the runs and over every place and direction it
+/// shaped, as the upper bound of the histogram bucket holding it (ms): the queue each frame
+/// waited in fq, which a ping beside it does not see (sparse flows leave at once). `None`
+/// where shaper did not run or stamped nothing. Buckets double from 64 µs, so the bound is at
+/// most twice the true value; the last bucket is open (infinity).
+pub fn scheduled_delay_ms(runs: &[&RunResult], per_mille: u64) -> Option<f64> {
+    // Every binary writes the same buckets, so they pool by position.
+    let mut bounds: Vec<Option<u64>> = Vec::new();
+    let mut counts: Vec<u64> = Vec::new();
+    let hists = runs
+        .iter()
+        .flat_map(|r| r.shaper.values())
+        .filter_map(|v| v["delay_hist"].as_array());
+    for hist in hists {
+        for (i, b) in hist.iter().enumerate() {
+            if counts.len() <= i {
+                bounds.push(b["below_us"].as_u64());
+                counts.push(0);
+            }
+            counts[i] += b["frames"].as_u64().unwrap_or(0);
+        }
+    }
+    let i = quantile_bucket(&counts, per_mille)?;
+    Some(bounds[i].map_or(f64::INFINITY, |us| us as f64 / 1e3))
 }
 
 fn sum_key(v: &Value, key: &str) -> u64 {
