@@ -376,12 +376,12 @@ fn shaper_counters(v: &Value) -> (u64, u64) {
     (drops, v["ecn_marked"].as_u64().unwrap_or(0))
 }
 
-/// The `per_mille` / 1000 quantile of the scheduled delay (departure minus stamping time) of every frame
-/// shaper stamped in these runs, pooled over the runs and over every place and direction it
-/// shaped, as the upper bound of the histogram bucket holding it (ms): the queue each frame
-/// waited in fq, which a ping beside it does not see (sparse flows leave at once). `None`
-/// where shaper did not run or stamped nothing. Buckets double from 64 µs, so the bound is at
-/// most twice the true value; the last bucket is open (infinity).
+/// The `per_mille` / 1000 quantile of the scheduled delay (departure minus stamping time) of
+/// every frame shaper stamped in these runs, pooled over the runs and over every place and
+/// direction it shaped, as the upper bound of the histogram bucket holding it (ms): the queue
+/// each frame waited in fq, which a ping beside it does not see (sparse flows leave at once).
+/// `None` where shaper did not run or stamped nothing. Buckets double from 64 µs, so the bound
+/// is at most twice the true value; the last bucket is open (infinity).
 pub fn scheduled_delay_ms(runs: &[&RunResult], per_mille: u64) -> Option<f64> {
     // Every binary writes the same buckets, so they pool by position.
     let mut bounds: Vec<Option<u64>> = Vec::new();
