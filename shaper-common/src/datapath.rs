@@ -247,9 +247,10 @@ impl HostRate {
 
 /// Flags of a [`HostRate`].
 pub mod host_flags {
-    /// The host used less than its allocation (limited elsewhere, or not measured yet): its
-    /// packets go ahead of the calendar's bookings, which the other hosts made at allocations
-    /// that counted it at what it used, until the next tick measures it again.
+    /// The host used less than its allocation (limited elsewhere, or not measured yet), and
+    /// other hosts of its tin are bottlenecked: its packets go ahead of the calendar's
+    /// bookings, which those hosts made at allocations that counted it at what it used, until
+    /// the next tick measures it again.
     pub const AHEAD: u64 = 1;
 }
 
@@ -262,6 +263,12 @@ pub struct Levels {
     /// Tins within their bandwidth threshold and above best effort (bit per tin): their packets
     /// book the calendar ahead of lower tins' queues.
     pub priority_tins: u64,
+    /// Tins with bottlenecked hosts (bit per tin): a newcomer's packets go ahead of their
+    /// bookings, and the wire time it takes pushes their later packets. In a tin without any,
+    /// nothing would be pushed: newcomers book like everyone else, or hosts appearing together
+    /// (each at the newcomer level, up to the whole rate) would overrun the rate until the next
+    /// tick. (Hosts not bottlenecked get `host_flags::AHEAD` on the same condition.)
+    pub newcomers_ahead_tins: u64,
     /// Per tin, the pace of the flows of a host seen for the first time (the level it would
     /// get as one more bottlenecked host of the tin), used until the control plane writes its
     /// [`HostRate`].
@@ -370,6 +377,13 @@ pub struct DatapathStats {
     pub segmented: u64,
     /// Frames (GSO segments) by scheduled delay, see [`delay_bucket`].
     pub delay_hist: [u64; DELAY_BUCKETS],
+    /// Frames scheduled further ahead than the AQM's target: against the frames of the
+    /// histogram, whether the median stands within the target, which the histogram's octaves
+    /// cannot tell (a finer one costs the verifier more than the scheduler can spare).
+    pub over_target: u64,
+    /// ECN-capable packets dropped, for any reason: the AQM marks them, so these are the drops
+    /// an ECN flow still sees (its hard limit, BLUE, the horizon).
+    pub ecn_capable_dropped: u64,
     /// Packets and wire bytes stamped, per tin.
     pub tin_packets: [u64; MAX_TINS],
     pub tin_bytes: [u64; MAX_TINS],
@@ -445,6 +459,8 @@ impl DatapathStats {
         for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
             *a += b;
         }
+        self.over_target += other.over_target;
+        self.ecn_capable_dropped += other.ecn_capable_dropped;
         for t in 0..MAX_TINS {
             self.tin_packets[t] += other.tin_packets[t];
             self.tin_bytes[t] += other.tin_bytes[t];
@@ -506,11 +522,11 @@ const _: () = {
     assert!(core::mem::size_of::<HostState>() == 80);
     assert!(core::mem::size_of::<FlowState>() == 80);
     assert!(core::mem::size_of::<HostRate>() == 32);
-    assert!(core::mem::size_of::<Levels>() == 16 + 16 * MAX_TINS);
+    assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (12
+            == 8 * (14
                 + DropReason::COUNT
                 + PassReason::COUNT
                 + DELAY_BUCKETS

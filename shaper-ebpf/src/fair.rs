@@ -337,7 +337,8 @@ pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64)
 ///
 /// Also notes in `ahead` whether the host's packets go ahead of the calendar's bookings: it used
 /// less than its allocation in the last interval (the control plane's `host_flags::AHEAD`), or
-/// it is new and runs at the newcomer level. The hosts already there booked the bins ahead at
+/// it is new, runs at the newcomer level, and its tin has bottlenecked hosts
+/// (`Levels::newcomers_ahead_tins`). The hosts already there booked the bins ahead at
 /// allocations that counted it at what it used then; behind those bookings its share would only
 /// exist from the next tick on. Its own clocks still pace it, at its levels, and the wire time
 /// it takes pushes the others' packets, which then count as waited.
@@ -352,14 +353,19 @@ fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) ->
         return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp, r.slack_ns);
     }
     let t = tin as usize & (MAX_TINS - 1);
-    let (newcomer, slack) = match LEVELS.get(0) {
-        Some(l) => (l.new_host_ns_per_byte_fp[t], l.new_host_slack_ns[t]),
-        None => (0, 0),
+    let (newcomer, slack, goes_ahead) = match LEVELS.get(0) {
+        Some(l) => (
+            l.new_host_ns_per_byte_fp[t],
+            l.new_host_slack_ns[t],
+            (l.newcomers_ahead_tins >> t) & 1,
+        ),
+        None => (0, 0, 0),
     };
     match newcomer {
         0 => (config.ns_per_byte_fp, 0, 0),
         newcomer => {
-            unsafe { core::ptr::write_volatile(ahead, 1) };
+            // SAFETY: as above.
+            unsafe { core::ptr::write_volatile(ahead, goes_ahead as u32) };
             (newcomer, newcomer, slack)
         }
     }

@@ -30,6 +30,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
+    branchless,
     datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket, program_slots},
     diffserv::MAX_TINS,
     edt,
@@ -187,7 +188,10 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
             stats.calendar_unplaced_ns += unplaced_ns;
             depart_ns
         }
-        Scheduled::Dropped(reason) => return stats::drop(stats, reason),
+        Scheduled::Dropped(reason) => {
+            stats.ecn_capable_dropped += ecn::capable(info) as u64;
+            return stats::drop(stats, reason);
+        }
         Scheduled::NoState => return stats::pass(stats, PassReason::NoState),
     };
     // SAFETY: as above; a helper write invalidates packet pointers, not the context.
@@ -201,6 +205,7 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     if let Some(slot) = stats.delay_hist.get_mut(bucket) {
         *slot += segs;
     }
+    stats.over_target += segs * branchless::below(config.aqm.target_ns, depart - now);
     // Marked as a CLOCK_MONOTONIC delivery time, as TCP marks its own: a packet delivered
     // locally after it leaves (ingress shaping, through the IFB) then gets the real time as its
     // receive timestamp, not its departure time read as wall-clock time. The helper takes IP

@@ -234,8 +234,16 @@ impl Controller {
             }
             let samples: Vec<HostSample> = group.iter().map(|(_, s)| *s).collect();
             let plan = plan(capacities[t], &samples);
-            self.apply(dp, &group, &plan)?;
+            // Going ahead of the calendar's bookings pushes the later packets of the hosts
+            // that made them: only bottlenecked hosts have any. Without one, hosts that go
+            // ahead only go ahead of each other, and each is held by nothing but its guard
+            // (the whole rate for a host not bottlenecked, or new, while nobody else is).
+            let ahead = samples.iter().any(HostSample::bottlenecked);
+            self.apply(dp, &group, &plan, ahead)?;
             levels.set_newcomer(&config, t, edt::ns_per_byte_fp(plan.new_host_bps as u64));
+            if ahead {
+                levels.newcomers_ahead_tins |= 1 << t;
+            }
             let within = usage[t].rate_bps <= usage[t].threshold_bps;
             if tin.priority > best_effort && within {
                 levels.priority_tins |= 1 << t;
@@ -251,12 +259,14 @@ impl Controller {
         Ok(summary)
     }
 
-    /// Writes a plan's levels for its hosts, with each host's boost.
+    /// Writes a plan's levels for its hosts, with each host's boost; `ahead`: hosts not
+    /// bottlenecked go ahead of the calendar's bookings (`host_flags::AHEAD`).
     fn apply(
         &mut self,
         dp: &mut Datapath,
         group: &[(FlowKey, HostSample)],
         plan: &Plan,
+        ahead: bool,
     ) -> Result<(), BpfError> {
         for ((key, sample), (allocation_bps, flow_bps)) in group.iter().zip(&plan.hosts) {
             let boost = match self.seen.get_mut(key) {
@@ -297,7 +307,7 @@ impl Controller {
                 } else {
                     0
                 },
-                if guarded && !sample.bottlenecked() {
+                if guarded && ahead && !sample.bottlenecked() {
                     host_flags::AHEAD
                 } else {
                     0

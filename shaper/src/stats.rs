@@ -50,6 +50,10 @@ pub struct Report {
     /// The median and 99th percentile of that delay, as the upper bound of their bucket (µs).
     pub delay_p50_us: Option<u64>,
     pub delay_p99_us: Option<u64>,
+    /// Frames scheduled further ahead than the AQM's target (of the histogram's frames).
+    pub over_target_frames: u64,
+    /// ECN-capable packets dropped (any reason): the AQM marks them instead.
+    pub ecn_capable_dropped: u64,
     pub diffserv: String,
     /// Packets and bytes per DiffServ tin of the mode.
     pub tins: Vec<TinRow>,
@@ -141,6 +145,8 @@ impl Report {
                 .collect(),
             delay_p50_us: quantile_us(&view.stats.delay_hist, 500),
             delay_p99_us: quantile_us(&view.stats.delay_hist, 990),
+            over_target_frames: view.stats.over_target,
+            ecn_capable_dropped: view.stats.ecn_capable_dropped,
             ack_filter: AckFilterRow {
                 seen: view.stats.ack_seen,
                 dropped: view.stats.ack_dropped,
@@ -173,7 +179,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}\n  dropped: {}\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -195,7 +201,9 @@ impl Report {
             self.backlog_ns as f64 / 1e6,
             show_us(self.delay_p50_us),
             show_us(self.delay_p99_us),
+            self.over_target_frames,
             list(&self.dropped),
+            self.ecn_capable_dropped,
             self.ecn_marked,
             self.diffserv,
             self.tins

@@ -86,6 +86,7 @@ fn ecn_capable_ipv4_is_marked_with_a_valid_checksum() {
     let stats = h.view().stats;
     assert_eq!(stats.ecn_marked, 1);
     assert_eq!(stats.dropped.iter().sum::<u64>(), 0);
+    assert_eq!(stats.ecn_capable_dropped, 0);
 }
 
 #[test]
@@ -150,6 +151,11 @@ fn the_hard_limit_drops_and_raises_blue() {
         (BURST - passed) as u64,
         "ECN-capable or not, beyond the limit is a drop"
     );
+    assert_eq!(
+        stats.ecn_capable_dropped,
+        (BURST - passed) as u64,
+        "and counted as an ECN-capable packet's"
+    );
     let flows = h.datapath.flows(16).expect("flows");
     let (_, flow) = flows
         .iter()
@@ -203,6 +209,9 @@ fn scheduled_delay_is_histogrammed_per_frame() {
     // The first waits nothing; the last about 23 ms (bucket [16.4, 32.8) ms).
     assert!(hist[0] >= 1, "{hist:?}");
     assert!(hist[9] >= 1, "{hist:?}");
+    // Every frame but the first waits at least one frame's time (1.2 ms), beyond the 1 ms
+    // target.
+    assert_eq!(h.view().stats.over_target, BURST as u64 - 1);
 }
 
 #[test]

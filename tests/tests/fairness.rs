@@ -2,10 +2,13 @@
 //! level, host and global guards, newcomer levels, activity counters, the new-flow quota.
 //! The control plane is played by the test, which writes the levels by hand.
 
-use shaper::bpf::monotonic_now_ns;
+use shaper::{bpf::monotonic_now_ns, control::Controller};
 use shaper_common::{
-    datapath::{DropReason, FlowKey, HostRate, Levels, ShaperConfig, host_flags},
-    diffserv::MAX_TINS,
+    datapath::{
+        CALENDAR_MAX_SPAN_BINS, DropReason, FlowKey, HostRate, Levels, ShaperConfig,
+        calendar_bin_ns, host_flags,
+    },
+    diffserv::{Diffserv, MAX_TINS},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
@@ -21,12 +24,16 @@ const CLIENT_B: [u8; 4] = [10, 0, 2, 1];
 const CLIENT_C: [u8; 4] = [10, 0, 3, 1];
 
 fn harness(mode: Isolation) -> Harness {
-    Harness::new(ShaperConfig {
+    Harness::new(harness_config(mode))
+}
+
+fn harness_config(mode: Isolation) -> ShaperConfig {
+    ShaperConfig {
         isolation: mode as u32,
         host_mask_v4: u32::MAX,
         host_mask_v6: [u32::MAX, u32::MAX, 0, 0],
         ..config(RATE, 10 * SECOND)
-    })
+    }
 }
 
 fn send(h: &mut Harness, dst: [u8; 4], port: u16) -> u64 {
@@ -58,10 +65,12 @@ fn set_key_rate(h: &mut Harness, key: &FlowKey, flow_fp: u64, host_fp: u64, flag
     h.datapath.set_host_rate(key, &rate).unwrap();
 }
 
-/// The control plane's newcomer level (every tin), written by hand.
-fn set_newcomer_level(h: &mut Harness, epoch: u64, fp: u64) {
+/// The control plane's newcomer level (every tin), written by hand; `ahead`: the tins have
+/// bottlenecked hosts, whose bookings a newcomer goes ahead of.
+fn set_newcomer_level(h: &mut Harness, epoch: u64, fp: u64, ahead: bool) {
     let mut levels = Levels {
         epoch,
+        newcomers_ahead_tins: if ahead { u64::MAX } else { 0 },
         ..Default::default()
     };
     for tin in 0..MAX_TINS {
@@ -150,7 +159,7 @@ fn dual_dsthost_paces_hosts_and_their_flows() {
 fn a_new_host_starts_at_the_newcomer_level() {
     let mut h = harness(Isolation::DualDstHost);
     let third = ns_per_byte_fp(RATE / 3);
-    set_newcomer_level(&mut h, 7, third);
+    set_newcomer_level(&mut h, 7, third, true);
     let t: Vec<u64> = (0..2).map(|_| send(&mut h, CLIENT_A, 1)).collect();
     let bin = config(RATE, SECOND).calendar_bin_ns;
     let spacing = tx_time_ns(FRAME as u64, third);
@@ -180,6 +189,35 @@ fn the_calendar_holds_overbooked_levels_to_the_rate() {
         "the aggregate left faster than the rate: last departure {} ns after start, {} per frame",
         last - start,
         full
+    );
+    assert!(h.view().stats.calendar_delayed > 0);
+}
+
+#[test]
+fn newcomers_that_overbook_the_link_together_are_held_to_the_rate() {
+    // Three hosts appear within one control interval and no host was bottlenecked before
+    // them: each gets the newcomer level, the full rate. Going ahead of the calendar's
+    // bookings, they would only go ahead of each other, with nobody's later packets to push:
+    // they book like everyone else, and the aggregate leaves at the rate.
+    // Bins for full-sized frames (1 ms here), so that the span is short of the run's length.
+    let bin = calendar_bin_ns(ns_per_byte_fp(RATE), 10 * SECOND, FRAME as u64);
+    let mut h = Harness::new(ShaperConfig {
+        calendar_bin_ns: bin,
+        ..harness_config(Isolation::DualDstHost)
+    });
+    set_newcomer_level(&mut h, 3, ns_per_byte_fp(RATE), false);
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    let start = monotonic_now_ns();
+    let hosts = [CLIENT_A, CLIENT_B, CLIENT_C];
+    let departures: Vec<u64> = (0..60).map(|i| send(&mut h, hosts[i % 3], 1)).collect();
+    let last = *departures.iter().max().unwrap();
+    assert!(
+        last - start + span + bin >= 59 * full,
+        "three newcomers left faster than the rate: last departure {} ms after start, the rate \
+         needs {} ms",
+        (last - start) / 1_000_000,
+        59 * full / 1_000_000
     );
     assert!(h.view().stats.calendar_delayed > 0);
 }
@@ -310,7 +348,7 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
     let mut h = harness(Isolation::DualDstHost);
     set_rate(&mut h, CLIENT_A, ns_per_byte_fp(2 * RATE), 0, 0);
     let half = ns_per_byte_fp(RATE / 2);
-    set_newcomer_level(&mut h, 1, half);
+    set_newcomer_level(&mut h, 1, half, true);
     set_rate(&mut h, CLIENT_C, half, half, host_flags::AHEAD);
     let a: Vec<u64> = (0..60).map(|_| send(&mut h, CLIENT_A, 1)).collect();
     let a_last = *a.iter().max().unwrap();
@@ -334,4 +372,49 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
         "a bottlenecked host books behind the full bins: {} ms after its previous packet",
         (measured - before) / 1_000_000
     );
+}
+
+/// The control plane's flags for the host `dst`, as its last tick wrote them.
+fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
+    let ids = h.datapath.map_ids().expect("map ids");
+    let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
+    let key = host_key(dst);
+    rates
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, r)| r.flags)
+        .expect("a rate for the host")
+}
+
+#[test]
+fn hosts_go_ahead_only_where_a_bottlenecked_host_can_be_pushed() {
+    let mut h = harness(Isolation::DualDstHost);
+    let mut control = Controller::new(RATE, Isolation::DualDstHost, Diffserv::Besteffort);
+    let mut tick = |h: &mut Harness| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        control.tick(&mut h.datapath).expect("tick");
+    };
+    tick(&mut h);
+    // Two hosts whose flows never wait (one packet each per flow): neither is bottlenecked, so
+    // neither goes ahead of the other's bookings, whatever its allocation.
+    for port in 0..10 {
+        send(&mut h, CLIENT_B, 100 + port);
+        send(&mut h, CLIENT_C, 100 + port);
+    }
+    tick(&mut h);
+    assert_eq!(host_flags_of(&h, CLIENT_B) & host_flags::AHEAD, 0);
+    assert_eq!(host_flags_of(&h, CLIENT_C) & host_flags::AHEAD, 0);
+    // Host A's one flow queues 30 frames: bottlenecked. Now the hosts below their allocation
+    // go ahead of its bookings.
+    for port in 0..10 {
+        send(&mut h, CLIENT_B, 200 + port);
+        send(&mut h, CLIENT_C, 200 + port);
+    }
+    for _ in 0..30 {
+        send(&mut h, CLIENT_A, 1);
+    }
+    tick(&mut h);
+    assert_eq!(host_flags_of(&h, CLIENT_A) & host_flags::AHEAD, 0);
+    assert_ne!(host_flags_of(&h, CLIENT_B) & host_flags::AHEAD, 0);
+    assert_ne!(host_flags_of(&h, CLIENT_C) & host_flags::AHEAD, 0);
 }

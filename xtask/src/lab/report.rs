@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::{
     RunResult, joins, load_results, plot,
     queues::{Levels, QueueSummary},
-    results::{ProbeLatency, scheduled_delay_ms},
+    results::{ProbeLatency, over_target_share, scheduled_delay_ms},
     scenario::ProbeKind,
     stats::{self, Spread},
     transfers::{self, Pooled},
@@ -256,7 +256,9 @@ fn row(
 }
 
 /// shaper's scheduled delay (pooled over the repetitions) as the bounds of the histogram
-/// buckets its median and 99th percentile fall in: "< 512 µs / < 16.4 ms".
+/// buckets its median and 99th percentile fall in, and the share of frames beyond the AQM's
+/// target, which says on which side of the target the median is: "< 512 µs / < 16.4 ms,
+/// 3% > target".
 fn scheduled_delay(ok: &[&RunResult]) -> String {
     let bound = |per_mille| {
         scheduled_delay_ms(ok, per_mille).map(|ms| match ms {
@@ -265,8 +267,11 @@ fn scheduled_delay(ok: &[&RunResult]) -> String {
             ms => format!("< {ms:.1} ms"),
         })
     };
+    let over = over_target_share(ok).map_or(String::new(), |share| {
+        format!(", {}% > target", num(Some(share * 100.0), 0))
+    });
     match (bound(500), bound(990)) {
-        (Some(p50), Some(p99)) => format!("{p50} / {p99}"),
+        (Some(p50), Some(p99)) => format!("{p50} / {p99}{over}"),
         _ => "-".into(),
     }
 }
@@ -813,6 +818,13 @@ mod tests {
         };
         assert_eq!(cell(&[&one, &two]), "< 64 µs / > 1 s");
         assert_eq!(cell(&[&one]), "< 64 µs / < 128 µs");
+        // With the count of frames beyond the AQM's target: 5 of the 20.
+        let mut counted = hist(10, 9, 1);
+        counted["over_target_frames"] = 5.into();
+        let mut three = loaded(95.0, 1.0, 5.0, 3);
+        three.shaper.insert("server".into(), counted);
+        assert_eq!(over_target_share(&[&one, &three]), Some(0.25));
+        assert_eq!(cell(&[&three]), "< 64 µs / > 1 s, 25% > target");
     }
 
     #[test]

@@ -403,6 +403,22 @@ pub fn scheduled_delay_ms(runs: &[&RunResult], per_mille: u64) -> Option<f64> {
     Some(bounds[i].map_or(f64::INFINITY, |us| us as f64 / 1e3))
 }
 
+/// The share of shaper's frames scheduled beyond its AQM's target, pooled like
+/// [`scheduled_delay_ms`]; `None` without frames, or from binaries that do not count them.
+pub fn over_target_share(runs: &[&RunResult]) -> Option<f64> {
+    let (mut over, mut frames) = (0, 0);
+    for v in runs.iter().flat_map(|r| r.shaper.values()) {
+        let Some(n) = v["over_target_frames"].as_u64() else {
+            continue;
+        };
+        over += n;
+        frames += v["delay_hist"]
+            .as_array()
+            .map_or(0, |h| h.iter().filter_map(|b| b["frames"].as_u64()).sum());
+    }
+    (frames > 0).then(|| over as f64 / frames as f64)
+}
+
 fn sum_key(v: &Value, key: &str) -> u64 {
     match v {
         Value::Object(m) => m
