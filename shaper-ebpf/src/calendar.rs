@@ -12,14 +12,29 @@
 //!
 //! Each bin is one u64 updated by compare-and-swap: the high 24 bits tag the lap of the ring
 //! the bin belongs to (a stale lap reads as empty), the low 40 bits the wire time taken (ns).
+//!
+//! Priority packets leave at once and borrow their wire time from bins ahead; what finds no room
+//! within the bins a packet may span is the calendar's *debt*, one more word after the ring.
+//! Packets that book behind others repay it: each books, besides its own wire time, up to as
+//! much again of the debt, wherever its flow books. Charged to the last bin a priority packet
+//! scanned instead, a debt was never repaid when the bulk flows book further ahead than that
+//! (their own queues, a few milliseconds): a host going ahead of them then ran over the rate by
+//! all it sent, until the next control tick.
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{macros::map, maps::Array};
-use shaper_common::datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS};
+use shaper_common::{
+    branchless,
+    datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
+};
 
+/// The ring's bins, then the debt (wire time, ns, as a signed count: racing repayments may
+/// take a little more than there was, which reads as none).
 #[map(name = "SHAPER_CALENDAR")]
-static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS, 0);
+static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS + 1, 0);
+
+const DEBT_SLOT: u32 = CALENDAR_BINS;
 
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
@@ -46,7 +61,9 @@ pub struct Booked {
 /// flows book bins ahead of now; charging a sparse packet only to the current, already booked
 /// bin would let the aggregate run over the rate by all the sparse traffic (on a 1 Mbit/s
 /// uplink, where pure ACKs are half the load, that overflowed the modem behind it). Borrowed
-/// from the future, the time pushes the next bulk packets instead.
+/// from the future, the time pushes the next bulk packets instead; what the bins it may span
+/// cannot hold becomes the calendar's debt, which the next packets that book behind others
+/// repay.
 #[inline(always)]
 pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) -> Booked {
     let mut out = Booked {
@@ -63,8 +80,24 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
     // (and their flows' clocks) while the bins it underfills go to waste, so the link is never
     // full. The slack bounds the short-term excess; the levels bound the long-term rate.
     let capacity = bin_ns + (bin_ns >> SLACK_SHIFT);
+    let debt = CALENDAR
+        .get_ptr_mut(DEBT_SLOT)
+        .unwrap_or(core::ptr::null_mut());
+    // A packet that books behind others repays up to its own wire time of the debt; a priority
+    // packet repays nothing (it would only push itself). Arithmetic, not branches (see
+    // `branchless`).
+    let owed = if debt.is_null() {
+        0
+    } else {
+        let d = unsafe { core::ptr::read_volatile(debt) } as i64;
+        (d & !(d >> 63)) as u64
+    };
+    let repay = branchless::min(owed, tx_ns) * (!priority as u64);
+    if repay != 0 {
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, repay.wrapping_neg()) };
+    }
     let mut index = want_ns / bin_ns;
-    let mut remaining = tx_ns;
+    let mut remaining = tx_ns + repay;
     let mut placed = false;
     let mut last_bin: *mut u64 = core::ptr::null_mut();
     for _ in 0..CALENDAR_MAX_SPAN_BINS {
@@ -130,11 +163,16 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
         out.depart_ns = index * bin_ns;
         out.delayed = true;
     }
-    if remaining > 0 && !last_bin.is_null() {
-        // Wire time that found no room still goes on the wire: charge it to the last bin
-        // scanned, over its capacity, so that the packets after it see that bin full instead of
-        // the aggregate silently running over the rate.
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(last_bin, remaining) };
+    if remaining > 0 {
+        // Wire time that found no room still goes on the wire. A priority packet's becomes
+        // debt, repaid by the next packets that book behind others; any other packet's (a
+        // forwarded super-packet larger than the span) is charged to the last bin scanned,
+        // over its capacity, so that the packets after it see that bin full instead of the
+        // aggregate silently running over the rate.
+        let to = if priority { debt } else { last_bin };
+        if !to.is_null() {
+            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(to, remaining) };
+        }
     }
     out.unplaced_ns = remaining;
     out

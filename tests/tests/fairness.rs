@@ -79,6 +79,22 @@ fn set_newcomer_level(h: &mut Harness, epoch: u64, fp: u64, ahead: bool) {
     h.datapath.set_levels(&levels).unwrap();
 }
 
+/// How long `frames` frames of `full` ns each take at the rate, plus the calendar's slack (a
+/// bin holds 1/16 more than its width); the last of them may leave earlier by one span of
+/// borrowing and one bin.
+fn at_the_rate(frames: u64, full: u64) -> u64 {
+    frames * full * 16 / 17
+}
+
+/// Hosts by destination, bins for full-sized frames and a 1 s horizon (1 ms bins): the bins a
+/// packet may span are short of a test's bookings.
+fn short_bins_config() -> ShaperConfig {
+    let mut config = harness_config(Isolation::DualDstHost);
+    config.horizon_ns = SECOND;
+    config.calendar_bin_ns = calendar_bin_ns(config.ns_per_byte_fp, SECOND, FRAME as u64);
+    config
+}
+
 /// Hosts by destination, each new 5-tuple a flow of its own (no quota bucket), 1 s horizon.
 fn sparse_harness() -> Harness {
     Harness::new(ShaperConfig {
@@ -199,12 +215,8 @@ fn newcomers_that_overbook_the_link_together_are_held_to_the_rate() {
     // them: each gets the newcomer level, the full rate. Going ahead of the calendar's
     // bookings, they would only go ahead of each other, with nobody's later packets to push:
     // they book like everyone else, and the aggregate leaves at the rate.
-    // Bins for full-sized frames (1 ms here), so that the span is short of the run's length.
-    let bin = calendar_bin_ns(ns_per_byte_fp(RATE), 10 * SECOND, FRAME as u64);
-    let mut h = Harness::new(ShaperConfig {
-        calendar_bin_ns: bin,
-        ..harness_config(Isolation::DualDstHost)
-    });
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
     set_newcomer_level(&mut h, 3, ns_per_byte_fp(RATE), false);
     let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
@@ -212,14 +224,49 @@ fn newcomers_that_overbook_the_link_together_are_held_to_the_rate() {
     let hosts = [CLIENT_A, CLIENT_B, CLIENT_C];
     let departures: Vec<u64> = (0..60).map(|i| send(&mut h, hosts[i % 3], 1)).collect();
     let last = *departures.iter().max().unwrap();
+    let wire = at_the_rate(60, full);
     assert!(
-        last - start + span + bin >= 59 * full,
+        last + span + bin >= start + wire,
         "three newcomers left faster than the rate: last departure {} ms after start, the rate \
          needs {} ms",
         (last - start) / 1_000_000,
-        59 * full / 1_000_000
+        wire / 1_000_000
     );
     assert!(h.view().stats.calendar_delayed > 0);
+}
+
+#[test]
+fn a_host_going_ahead_is_repaid_by_the_bookings_it_went_ahead_of() {
+    // Host A, bottlenecked at the rate, has booked 36 ms ahead: much further than the bins a
+    // packet may span. Host C, below its allocation, goes ahead of those bookings at half the
+    // rate. The wire time C takes is A's to give back: A's next packets leave later by as much,
+    // so the link carries the rate, not the rate plus C's half.
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
+    let full_rate = ns_per_byte_fp(RATE);
+    let half = ns_per_byte_fp(RATE / 2);
+    set_rate(&mut h, CLIENT_A, full_rate, full_rate, 0);
+    set_rate(&mut h, CLIENT_C, half, half, host_flags::AHEAD);
+    let full = tx_time_ns(FRAME as u64, full_rate);
+    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    let start = monotonic_now_ns();
+    for _ in 0..30 {
+        send(&mut h, CLIENT_A, 1);
+    }
+    let c: Vec<u64> = (0..10).map(|_| send(&mut h, CLIENT_C, 1)).collect();
+    assert!(
+        c[0] < start + bin,
+        "C goes ahead of A's bookings: its first packet {} ms after the start",
+        (c[0] - start) / 1_000_000
+    );
+    let last = (0..40).map(|_| send(&mut h, CLIENT_A, 1)).max().unwrap();
+    let wire = at_the_rate(80, full);
+    assert!(
+        last + span + bin >= start + wire,
+        "A's last packet left {} ms after the start; 80 frames need {} ms",
+        (last - start) / 1_000_000,
+        wire / 1_000_000
+    );
 }
 
 #[test]
