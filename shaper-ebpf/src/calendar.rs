@@ -80,22 +80,22 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
     // (and their flows' clocks) while the bins it underfills go to waste, so the link is never
     // full. The slack bounds the short-term excess; the levels bound the long-term rate.
     let capacity = bin_ns + (bin_ns >> SLACK_SHIFT);
-    let debt = CALENDAR
-        .get_ptr_mut(DEBT_SLOT)
-        .unwrap_or(core::ptr::null_mut());
     // A packet that books behind others repays up to its own wire time of the debt; a priority
-    // packet repays nothing (it would only push itself). Arithmetic, not branches (see
-    // `branchless`).
-    let owed = if debt.is_null() {
-        0
-    } else {
-        let d = unsafe { core::ptr::read_volatile(debt) } as i64;
-        (d & !(d >> 63)) as u64
+    // packet repays nothing (it would only push itself). The pointer is only used where it was
+    // checked: a verifier that loses the link between a null pointer and a zero repayment
+    // (Linux 6.12's) rejects the program otherwise.
+    let repay = match CALENDAR.get_ptr_mut(DEBT_SLOT) {
+        Some(debt) => {
+            let d = unsafe { core::ptr::read_volatile(debt) } as i64;
+            let owed = (d & !(d >> 63)) as u64;
+            let repay = branchless::min(owed, tx_ns) * (!priority as u64);
+            if repay != 0 {
+                unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, repay.wrapping_neg()) };
+            }
+            repay
+        }
+        None => 0,
     };
-    let repay = branchless::min(owed, tx_ns) * (!priority as u64);
-    if repay != 0 {
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, repay.wrapping_neg()) };
-    }
     let mut index = want_ns / bin_ns;
     let mut remaining = tx_ns + repay;
     let mut placed = false;
@@ -169,8 +169,14 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
         // forwarded super-packet larger than the span) is charged to the last bin scanned,
         // over its capacity, so that the packets after it see that bin full instead of the
         // aggregate silently running over the rate.
-        let to = if priority { debt } else { last_bin };
-        if !to.is_null() {
+        let to = if priority {
+            CALENDAR.get_ptr_mut(DEBT_SLOT)
+        } else if last_bin.is_null() {
+            None
+        } else {
+            Some(last_bin)
+        };
+        if let Some(to) = to {
             unsafe { atomic_xadd::<u64, u64, { Relaxed }>(to, remaining) };
         }
     }
