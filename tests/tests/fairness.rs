@@ -270,6 +270,34 @@ fn a_host_going_ahead_is_repaid_by_the_bookings_it_went_ahead_of() {
 }
 
 #[test]
+fn the_calendar_lends_sparse_packets_no_more_than_its_span() {
+    // Host A has booked 36 ms ahead. Host B opens 20 new flows, one packet each: each is a
+    // sparse flow's and leaves at once, borrowing its wire time, until what the calendar lent
+    // stands at what the bins a packet may span hold (4 ms, three frames); the next ones book
+    // like any other packet, behind A's bookings.
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    for _ in 0..30 {
+        send(&mut h, CLIENT_A, 1);
+    }
+    let mut at_once = 0;
+    for port in 0..20 {
+        let before = monotonic_now_ns();
+        if send(&mut h, CLIENT_B, 1_000 + port) <= before + bin {
+            at_once += 1;
+        }
+    }
+    let lent = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    assert!(
+        at_once >= 1 && at_once * full <= lent + 2 * full,
+        "{at_once} of 20 sparse packets left at once; the calendar lends {} ms",
+        lent / 1_000_000
+    );
+    assert!(h.view().stats.sparse >= 20);
+}
+
+#[test]
 fn a_new_flow_flood_from_one_host_shares_its_overflow_buckets() {
     let mut h = Harness::new(ShaperConfig {
         isolation: Isolation::DualDstHost as u32,
