@@ -69,9 +69,19 @@ pub struct Booked {
 /// packet books like any other. Traffic that is nearly all priority has nobody to repay it: at
 /// the start of bulk-latency-ecn, 16 new flows at a newcomer level of the whole rate were
 /// each idle between their packets at that level, so each packet was a sparse one, and the
-/// aggregate ran 20 % over the rate for 0.2 s (30 ms of queue in the modem behind).
+/// aggregate ran 20 % over the rate for 0.2 s (30 ms of queue in the modem behind). A
+/// prioritised tin's packet (`tin_first`) is always lent to: its tin's bandwidth threshold
+/// bounds it, and an EF flow must not wait behind bulk bookings because sparse packets ran
+/// the debt up.
 #[inline(always)]
-pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) -> Booked {
+pub fn book(
+    want_ns: u64,
+    now_ns: u64,
+    tx_ns: u64,
+    bin_ns: u64,
+    priority: bool,
+    tin_first: bool,
+) -> Booked {
     let mut out = Booked {
         depart_ns: want_ns,
         delayed: false,
@@ -103,7 +113,7 @@ pub fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool) 
             if repay != 0 {
                 unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, repay.wrapping_neg()) };
             }
-            let lend = priority as u64 & branchless::below(owed, lend_limit);
+            let lend = priority as u64 & (tin_first as u64 | branchless::below(owed, lend_limit));
             (lend != 0, repay)
         }
         None => (priority, 0),

@@ -229,13 +229,21 @@ pub fn schedule(
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
-    let ahead = sparse || priority_tin(info.tin) || host_ahead;
+    let tin_first = priority_tin(info.tin);
+    let ahead = sparse || tin_first || host_ahead;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
     // across the guard's branches keeps their paths apart.
     // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
     let guarded = branchless::select(jumps, now, guarded);
-    let booked = calendar::book(guarded, now, tx_rate, config.calendar_bin_ns, ahead);
+    let booked = calendar::book(
+        guarded,
+        now,
+        tx_rate,
+        config.calendar_bin_ns,
+        ahead,
+        tin_first,
+    );
     let depart = booked.depart_ns;
     if depart > want {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.

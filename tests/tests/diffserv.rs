@@ -1,9 +1,11 @@
 //! DiffServ tins in the running kernel (BPF_PROG_TEST_RUN): classification by DSCP and by
 //! fwmark into per-tin hosts, washing the DSCP, and a prioritised tin going ahead of a full
-//! calendar while a tin without priority waits behind it.
+//! calendar while a tin without priority waits behind it, also once the calendar has stopped
+//! lending to sparse packets.
 
+use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{Levels, ShaperConfig},
+    datapath::{Levels, ShaperConfig, calendar_bin_ns},
     diffserv::{Diffserv, dscp},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
@@ -20,8 +22,12 @@ const FRAME: usize = 1514;
 const VOICE: u8 = 3;
 
 fn harness(wash: bool, fwmark_mask: u32) -> Harness {
+    Harness::new(harness_config(wash, fwmark_mask))
+}
+
+fn harness_config(wash: bool, fwmark_mask: u32) -> ShaperConfig {
     let mode = Diffserv::Diffserv4;
-    Harness::new(ShaperConfig {
+    ShaperConfig {
         isolation: Isolation::DualDstHost as u32,
         host_mask_v4: u32::MAX,
         host_mask_v6: [u32::MAX, u32::MAX, 0, 0],
@@ -31,7 +37,7 @@ fn harness(wash: bool, fwmark_mask: u32) -> Harness {
         fwmark_shift: fwmark_mask.trailing_zeros() % 32,
         wash: wash as u32,
         ..config(RATE, 10_000 * MS)
-    })
+    }
 }
 
 /// An IPv4 TCP frame with a DS field (DSCP << 2 | ECN) and a valid header checksum.
@@ -139,4 +145,45 @@ fn a_prioritised_tin_goes_ahead_of_a_full_calendar() {
         "video (not prioritised here) waits behind the booked bins: {} ms",
         (w2 - w1) / MS
     );
+}
+
+#[test]
+fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
+    // Bins for full frames (1 ms): the calendar lends priority packets four of them. Best
+    // effort books 36 ms ahead, then 20 new best-effort flows send one packet each: the first
+    // few are lent their time, the rest book behind best effort (the calendar's lending is
+    // used up). Voice, within its threshold, is still lent to: its own pace, not the bins'.
+    let mut h = Harness::new(ShaperConfig {
+        horizon_ns: 1_000 * MS,
+        calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp(RATE), 1_000 * MS, FRAME as u64),
+        ..harness_config(false, 0)
+    });
+    h.datapath
+        .set_levels(&Levels {
+            epoch: 1,
+            priority_tins: 1 << VOICE,
+            ..Default::default()
+        })
+        .unwrap();
+    let bin = h.datapath.config().calendar_bin_ns;
+    for _ in 0..30 {
+        assert_eq!(h.run(&tcp4(1, 0), &SkbContext::default()).verdict, PASS);
+    }
+    let mut refused = 0;
+    for port in 0..20 {
+        let before = monotonic_now_ns();
+        if h.run(&tcp4(2_000 + port, 0), &SkbContext::default())
+            .ctx
+            .tstamp()
+            > before + bin
+        {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 10, "{refused} of 20 sparse packets waited");
+    let voice = tcp4(100, dscp::EF << 2);
+    let v1 = h.run(&voice, &SkbContext::default()).ctx.tstamp();
+    let v2 = h.run(&voice, &SkbContext::default()).ctx.tstamp();
+    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    assert_eq!(v2 - v1, tx, "voice keeps its own pace");
 }
