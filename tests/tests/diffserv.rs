@@ -40,6 +40,19 @@ fn harness_config(wash: bool, fwmark_mask: u32) -> ShaperConfig {
     }
 }
 
+/// The control plane's verdict that voice is within its threshold. No newcomer level: the hosts
+/// book as measured, bottlenecked ones do (a newcomer goes ahead of earlier bookings in any
+/// tin, see the fairness tests).
+fn prioritise_voice(h: &mut Harness) {
+    h.datapath
+        .set_levels(&Levels {
+            epoch: 1,
+            priority_tins: 1 << VOICE,
+            ..Default::default()
+        })
+        .unwrap();
+}
+
 /// An IPv4 TCP frame with a DS field (DSCP << 2 | ECN) and a valid header checksum.
 fn tcp4(port: u16, ds: u8) -> Vec<u8> {
     packet::tcp4_ds(port, ds, FRAME)
@@ -108,15 +121,7 @@ fn wash_clears_the_dscp_and_keeps_ecn() {
 #[test]
 fn a_prioritised_tin_goes_ahead_of_a_full_calendar() {
     let mut h = harness(false, 0);
-    h.datapath
-        .set_levels(&Levels {
-            epoch: 1,
-            priority_tins: 1 << VOICE,
-            // No newcomer level: the hosts book as measured, bottlenecked ones do (a newcomer
-            // goes ahead of earlier bookings in any tin, see the fairness tests).
-            ..Default::default()
-        })
-        .unwrap();
+    prioritise_voice(&mut h);
     // Best effort books the calendar three bins (~80 ms) ahead.
     let bulk = tcp4(1, 0);
     let bin = config(RATE, 10_000 * MS).calendar_bin_ns;
@@ -158,13 +163,7 @@ fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
         calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp(RATE), 1_000 * MS, FRAME as u64),
         ..harness_config(false, 0)
     });
-    h.datapath
-        .set_levels(&Levels {
-            epoch: 1,
-            priority_tins: 1 << VOICE,
-            ..Default::default()
-        })
-        .unwrap();
+    prioritise_voice(&mut h);
     let bin = h.datapath.config().calendar_bin_ns;
     for _ in 0..30 {
         assert_eq!(h.run(&tcp4(1, 0), &SkbContext::default()).verdict, PASS);
