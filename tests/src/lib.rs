@@ -154,3 +154,12 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         ..Default::default()
     }
 }
+
+/// `config` with a 1 s horizon and calendar bins sized for full frames (1 ms at 10 Mbit/s): the
+/// four bins a packet may span are then short of what a test books, as on a real link.
+pub fn with_short_bins(mut config: ShaperConfig) -> ShaperConfig {
+    config.horizon_ns = 1_000_000_000;
+    config.calendar_bin_ns =
+        shaper_common::datapath::calendar_bin_ns(config.ns_per_byte_fp, config.horizon_ns, 1514);
+    config
+}

@@ -5,7 +5,7 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{Levels, ShaperConfig, calendar_bin_ns},
+    datapath::{Levels, ShaperConfig},
     diffserv::{Diffserv, dscp},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
@@ -14,6 +14,7 @@ use shaper_tests::{
     Harness, PASS, config,
     packet::{self, ETH_P_IPV6, Frame, UDP},
     skb::SkbContext,
+    with_short_bins,
 };
 
 const MS: u64 = 1_000_000;
@@ -158,11 +159,7 @@ fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
     // effort books 36 ms ahead, then 20 new best-effort flows send one packet each: the first
     // few are lent their time, the rest book behind best effort (the calendar's lending is
     // used up). Voice, within its threshold, is still lent to: its own pace, not the bins'.
-    let mut h = Harness::new(ShaperConfig {
-        horizon_ns: 1_000 * MS,
-        calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp(RATE), 1_000 * MS, FRAME as u64),
-        ..harness_config(false, 0)
-    });
+    let mut h = Harness::new(with_short_bins(harness_config(false, 0)));
     prioritise_voice(&mut h);
     let bin = h.datapath.config().calendar_bin_ns;
     for _ in 0..30 {

@@ -5,14 +5,13 @@
 use shaper::{bpf::monotonic_now_ns, control::Controller};
 use shaper_common::{
     datapath::{
-        CALENDAR_MAX_SPAN_BINS, DropReason, FlowKey, HostRate, Levels, ShaperConfig,
-        calendar_bin_ns, host_flags,
+        CALENDAR_MAX_SPAN_BINS, DropReason, FlowKey, HostRate, Levels, ShaperConfig, host_flags,
     },
     diffserv::{Diffserv, MAX_TINS},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
-use shaper_tests::{DROP, Harness, PASS, config, packet, skb::SkbContext};
+use shaper_tests::{DROP, Harness, PASS, config, packet, skb::SkbContext, with_short_bins};
 
 const SECOND: u64 = 1_000_000_000;
 const RATE: u64 = 10_000_000;
@@ -89,10 +88,7 @@ fn at_the_rate(frames: u64, full: u64) -> u64 {
 /// Hosts by destination, bins for full-sized frames and a 1 s horizon (1 ms bins): the bins a
 /// packet may span are short of a test's bookings.
 fn short_bins_config() -> ShaperConfig {
-    let mut config = harness_config(Isolation::DualDstHost);
-    config.horizon_ns = SECOND;
-    config.calendar_bin_ns = calendar_bin_ns(config.ns_per_byte_fp, SECOND, FRAME as u64);
-    config
+    with_short_bins(harness_config(Isolation::DualDstHost))
 }
 
 /// Hosts by destination, each new 5-tuple a flow of its own (no quota bucket), 1 s horizon.

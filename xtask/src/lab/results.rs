@@ -386,10 +386,7 @@ pub fn scheduled_delay_ms(runs: &[&RunResult], per_mille: u64) -> Option<f64> {
     // Every binary writes the same buckets, so they pool by position.
     let mut bounds: Vec<Option<u64>> = Vec::new();
     let mut counts: Vec<u64> = Vec::new();
-    let hists = runs
-        .iter()
-        .flat_map(|r| r.shaper.values())
-        .filter_map(|v| v["delay_hist"].as_array());
+    let hists = shaper_reports(runs).filter_map(|v| v["delay_hist"].as_array());
     for hist in hists {
         for (i, b) in hist.iter().enumerate() {
             if counts.len() <= i {
@@ -403,11 +400,16 @@ pub fn scheduled_delay_ms(runs: &[&RunResult], per_mille: u64) -> Option<f64> {
     Some(bounds[i].map_or(f64::INFINITY, |us| us as f64 / 1e3))
 }
 
+/// Every `shaper stats --json` the runs saved, over their places and directions.
+fn shaper_reports<'a>(runs: &'a [&RunResult]) -> impl Iterator<Item = &'a Value> {
+    runs.iter().flat_map(|r| r.shaper.values())
+}
+
 /// The share of shaper's frames scheduled beyond its AQM's target, pooled like
 /// [`scheduled_delay_ms`]; `None` without frames, or from binaries that do not count them.
 pub fn over_target_share(runs: &[&RunResult]) -> Option<f64> {
     let (mut over, mut frames) = (0, 0);
-    for v in runs.iter().flat_map(|r| r.shaper.values()) {
+    for v in shaper_reports(runs) {
         let Some(n) = v["over_target_frames"].as_u64() else {
             continue;
         };
