@@ -63,8 +63,6 @@ pub enum Scheduled {
     At {
         depart_ns: u64,
         contended: bool,
-        calendar_delayed: bool,
-        unplaced_ns: u64,
         /// Its flow was idle: it leaves at once, ahead of the calendar and its host's guard.
         sparse: bool,
     },
@@ -236,15 +234,13 @@ pub fn schedule(
     // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
     let guarded = branchless::select(jumps, now, guarded);
-    let booked = calendar::book(
+    let depart = calendar::book(
         guarded,
         now,
         tx_rate,
         config.calendar_bin_ns,
-        ahead,
-        tin_first,
+        ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
     );
-    let depart = booked.depart_ns;
     if depart > want {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
         unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
@@ -281,9 +277,7 @@ pub fn schedule(
     }
     Scheduled::At {
         depart_ns: depart,
-        contended: contended || booked.contended,
-        calendar_delayed: booked.delayed,
-        unplaced_ns: booked.unplaced_ns,
+        contended,
         sparse,
     }
 }

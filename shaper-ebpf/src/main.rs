@@ -176,16 +176,12 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
         Scheduled::At {
             depart_ns,
             contended,
-            calendar_delayed,
-            unplaced_ns,
             sparse,
         } => {
             // Flags become counts without branches: a branch on a flag the verifier knows
             // keeps the paths that set it apart from those that did not.
             stats.clock_contended += contended as u64;
-            stats.calendar_delayed += calendar_delayed as u64;
             stats.sparse += sparse as u64;
-            stats.calendar_unplaced_ns += unplaced_ns;
             depart_ns
         }
         Scheduled::Dropped(reason) => {
