@@ -1,11 +1,9 @@
 //! Active queue management on the scheduled delay: COBALT (CoDel's control law plus BLUE), as
 //! CAKE runs it, applied when a packet is stamped instead of when it is dequeued.
 //!
-//! A flow's queue is its departure clock minus now: how long its next packet will wait behind
-//! the flow's earlier ones. That is known exactly when the packet is stamped, so the signal is
-//! taken then (one sojourn early, which only makes it sooner). The law judges a packet's
-//! sojourn: that queue plus the packet's own turn at its flow's pace ([`sojourn_ns`]), what
-//! CAKE's round robin makes a packet wait. The packet the law picks is ECN-marked if it can be, else
+//! A flow's queue is its departure clock minus now: how long its next packet will wait. That is
+//! known exactly when the packet is stamped, so the signal is taken then (one sojourn early,
+//! which only makes it sooner). The packet the law picks is ECN-marked if it can be, else
 //! dropped; a dropped packet books no wire time, so it costs the flow nothing but the signal.
 //!
 //! - **CoDel**: once the queue has stayed above `target` for an `interval`, signal, and keep
@@ -191,10 +189,10 @@ impl AqmState {
         }
     }
 
-    /// Decides for a packet whose sojourn is `queue_ns` ([`sojourn_ns`]); `empty` says the
-    /// flow's queue had drained when it came (its clock had passed), which relaxes BLUE.
-    /// `floor_ns` is the smallest sojourn that counts as a standing queue for this flow (the
-    /// target, raised for flows whose own pace makes two frames take longer); `ect` says
+    /// Decides for a packet that will wait `queue_ns` behind its flow's earlier packets;
+    /// `empty` says the flow's queue had drained when it came (its clock had passed), which
+    /// relaxes BLUE. `floor_ns` is the smallest queue that counts as standing for this flow
+    /// (the target, raised for flows whose own pace makes two frames take longer); `ect` says
     /// whether the packet can carry a mark; `random` is a uniform u32 for BLUE.
     ///
     /// `count` changes in one place, so the data path carries one copy of the square root.
@@ -298,20 +296,6 @@ pub fn standing_floor_ns(
     let at_flow = 2 * crate::edt::tx_time_ns(frame, flow_ns_per_byte_fp);
     let at_rate = 4 * crate::edt::tx_time_ns(frame, rate_ns_per_byte_fp);
     branchless::max(p.base_target_ns, branchless::max(at_flow, at_rate))
-}
-
-/// How long a packet that finds `queue_ns` of its flow ahead of it is delayed, as the AQM
-/// judges it: that queue plus its own turn, one frame at the flow's pace (a GSO packet's first
-/// frame). This is CAKE's sojourn: its DRR serves a flow among n one frame a round, so a packet
-/// with k frames ahead of it leaves after k + 1 rounds of n frames. Judged on the queue ahead
-/// alone, a flow kept one frame more than CAKE lets it: 16 cubic flows at 100 Mbit/s each held
-/// two to four frames (4-8 ms), just under the target for the queue ahead while their sojourn
-/// was above it, were signalled about once a run instead of hundreds of times a second, and
-/// TCP Small Queues, not the AQM, set their queues (cwnd 16-28 against CAKE's 3-10).
-#[inline(always)]
-pub fn sojourn_ns(p: &AqmParams, queue_ns: u64, frame_bytes: u64, flow_ns_per_byte_fp: u64) -> u64 {
-    let frame = branchless::min(frame_bytes, p.mtu_bytes as u64);
-    queue_ns + crate::edt::tx_time_ns(frame, flow_ns_per_byte_fp)
 }
 
 /// Parses an RTT as CAKE does: a preset name or a duration.
@@ -572,19 +556,6 @@ mod tests {
             standing_floor_ns(&p, 64 * 1514, ns_per_byte_fp(1_000_000), rate),
             24_224_000
         );
-    }
-
-    #[test]
-    fn sojourn_is_the_queue_ahead_and_the_packets_own_turn() {
-        let p = params();
-        // A flow at 6.25 Mbit/s (a 16th of 100 Mbit/s): two frames ahead and its own, 5.8 ms,
-        // above the 5 ms target; the two ahead alone (3.9 ms) are not.
-        let flow = ns_per_byte_fp(6_250_000);
-        let two_ahead = 2 * crate::edt::tx_time_ns(1514, flow);
-        assert_eq!(sojourn_ns(&p, two_ahead, 1514, flow), 3 * 1_937_920);
-        // A GSO packet's turn is one frame; a small packet's its own size.
-        assert_eq!(sojourn_ns(&p, 0, 64 * 1514, flow), 1_937_920);
-        assert_eq!(sojourn_ns(&p, 0, 66, flow), 84_480);
     }
 
     #[test]

@@ -309,16 +309,10 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
         u32::MAX
     };
     let empty = packet.queue_ns == 0;
-    let sojourn = aqm::sojourn_ns(
-        &config.aqm,
-        packet.queue_ns,
-        packet.wire,
-        packet.flow_ns_per_byte_fp,
-    );
     flow.aqm.on_packet(
         &config.aqm,
         packet.now,
-        sojourn,
+        packet.queue_ns,
         empty,
         floor,
         packet.ect,

@@ -135,40 +135,6 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     assert_eq!(flow.clock_ns - next.ctx.tstamp(), tx);
 }
 
-/// Keeps `ahead` frames of the flow of `frame` queued for `packets` packets: a burst of as
-/// many and one (the first leaves at once), then one packet every frame time (a TCP sender
-/// held by its window). Returns the marks.
-fn keep_queued(h: &mut Harness, frame: &[u8], ahead: u64, packets: u64) -> u64 {
-    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
-    for _ in 0..=ahead {
-        h.run(frame, &SkbContext::default());
-    }
-    let start = monotonic_now_ns();
-    for k in 1..=packets {
-        while monotonic_now_ns() < start + k * tx {
-            std::hint::spin_loop();
-        }
-        assert_eq!(h.run(frame, &SkbContext::default()).verdict, PASS);
-    }
-    h.view().stats.ecn_marked
-}
-
-#[test]
-fn a_packet_s_own_turn_counts_in_its_sojourn() {
-    // The floor here is four frames at the rate (4.8 ms). A flow that keeps four frames ahead
-    // of each packet has packets that leave after five frame times: a standing queue, as
-    // CAKE's round robin would measure it. With three ahead they leave after four: not one.
-    let mut h = harness(1_000 * MS);
-    let marks = keep_queued(&mut h, &tcp4(40_010, ECT0), 4, 40);
-    assert!(
-        marks >= 1,
-        "four frames ahead of every packet for 48 ms: {marks} marks"
-    );
-    let mut h = harness(1_000 * MS);
-    let marks = keep_queued(&mut h, &tcp4(40_011, ECT0), 3, 40);
-    assert_eq!(marks, 0, "three frames ahead is within the floor");
-}
-
 #[test]
 fn the_hard_limit_drops_and_raises_blue() {
     // A 10 ms limit: a burst of 20 frames (24 ms) overflows it after 8 or 9 of them.
