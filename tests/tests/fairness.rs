@@ -288,10 +288,25 @@ fn packets_that_find_their_span_full_queue_behind_what_follows_it() {
         "{densest} frames left within {} ms; the rate allows {allowed}",
         window / 1_000_000
     );
-    // What the bulk flows put over the bin after their span is theirs to repay: a sparse
-    // packet is still lent to and leaves at once.
+}
+
+#[test]
+fn what_bulk_puts_past_its_span_does_not_stop_the_lending() {
+    // Four hosts at the whole rate each overbook the link fourfold: most of their packets go
+    // to the bin after their span, far over its capacity. That is theirs to repay, not what the
+    // calendar lent: a sparse packet (a ping) still leaves at once.
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
+    let full_rate = ns_per_byte_fp(RATE);
+    let hosts = [CLIENT_A, CLIENT_B, CLIENT_C, [10, 0, 4, 1]];
+    for host in hosts {
+        set_rate(&mut h, host, full_rate, full_rate, 0);
+    }
+    for i in 0..200 {
+        send(&mut h, hosts[i % 4], 1 + (i % 8) as u16);
+    }
     let before = monotonic_now_ns();
-    let ping = send(&mut h, CLIENT_C, 9);
+    let ping = send(&mut h, [10, 0, 5, 1], 9);
     assert!(
         ping <= before + bin,
         "a sparse packet waited {} ms behind the overbooked bulk",
