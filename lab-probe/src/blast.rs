@@ -18,7 +18,8 @@
 
 use std::{
     io,
-    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    net::{Ipv4Addr, UdpSocket},
+    os::fd::{AsRawFd, RawFd},
     time::{Duration, Instant},
 };
 
@@ -84,6 +85,7 @@ pub fn run(c: &Config) -> Result<(), String> {
     // The heaviest host earns a whole packet every round, so every round sends something.
     let mut turn: Vec<u32> = vec![0; hosts.len()];
     let mut next = hosts.len() - 1;
+    let mut batch = Batch::new(&payload, c.target);
     loop {
         let elapsed = start.elapsed();
         if elapsed >= c.duration {
@@ -115,12 +117,13 @@ pub fn run(c: &Config) -> Result<(), String> {
             let port = c.port + (k % u64::from(c.ports)) as u16;
             let socket =
                 &host.sockets[((k / u64::from(c.ports)) % host.sockets.len() as u64) as usize];
-            // A full socket buffer is the emulated VM not keeping up: counted, not fatal.
-            match socket.send_to(&payload, SocketAddrV4::new(c.target, port)) {
-                Ok(_) => sent += 1,
-                Err(_) => failed += 1,
-            }
+            let (ok, refused) = batch.push(socket, port);
+            sent += ok;
+            failed += refused;
         }
+        let (ok, refused) = batch.flush();
+        sent += ok;
+        failed += refused;
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
@@ -129,4 +132,96 @@ pub fn run(c: &Config) -> Result<(), String> {
         sent as f64 * (c.size + HEADERS) as f64 * 8.0 / secs / 1e6
     );
     Ok(())
+}
+
+/// Consecutive packets from one socket, sent with one `sendmmsg`: a flooding host's packets go
+/// from one socket to many destination ports in a row, and one system call per packet kept the
+/// emulated VM's flood at 60,000 new 5-tuples a second, short of the 100,000 the benchmark asks.
+/// (The hosts' interleaved packets change socket every packet and gain nothing.)
+struct Batch<'a> {
+    payload: &'a [u8],
+    target: Ipv4Addr,
+    socket: RawFd,
+    ports: Vec<u16>,
+}
+
+/// Packets per `sendmmsg` (the kernel's UIO_MAXIOV caps it at 1024).
+const BATCH: usize = 64;
+
+impl<'a> Batch<'a> {
+    fn new(payload: &'a [u8], target: Ipv4Addr) -> Self {
+        Batch {
+            payload,
+            target,
+            socket: -1,
+            ports: Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// Queues a packet from `socket` to `port`; returns what a flush this caused sent and what
+    /// the socket refused.
+    fn push(&mut self, socket: &UdpSocket, port: u16) -> (u64, u64) {
+        let fd = socket.as_raw_fd();
+        let flushed = if fd != self.socket || self.ports.len() == BATCH {
+            self.flush()
+        } else {
+            (0, 0)
+        };
+        self.socket = fd;
+        self.ports.push(port);
+        flushed
+    }
+
+    /// Sends what is queued: (sent, refused). A full socket buffer (the emulated VM not keeping
+    /// up) refuses the rest of the batch, which is counted, not fatal.
+    fn flush(&mut self) -> (u64, u64) {
+        if self.ports.is_empty() {
+            return (0, 0);
+        }
+        let addresses: Vec<libc::sockaddr_in> = self
+            .ports
+            .iter()
+            .map(|&port| libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(self.target).to_be(),
+                },
+                sin_zero: [0; 8],
+            })
+            .collect();
+        let mut iov = libc::iovec {
+            iov_base: self.payload.as_ptr() as *mut libc::c_void,
+            iov_len: self.payload.len(),
+        };
+        let mut messages: Vec<libc::mmsghdr> = addresses
+            .iter()
+            .map(|address| {
+                // SAFETY: msghdr is plain data; zeroed is its empty value (musl has padding
+                // fields that a struct literal cannot name).
+                let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+                header.msg_name = address as *const libc::sockaddr_in as *mut libc::c_void;
+                header.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                header.msg_iov = &mut iov;
+                header.msg_iovlen = 1;
+                libc::mmsghdr {
+                    msg_hdr: header,
+                    msg_len: 0,
+                }
+            })
+            .collect();
+        let queued = messages.len() as u64;
+        // SAFETY: every header points at `addresses` and `iov`, which outlive the call.
+        let sent = unsafe {
+            libc::sendmmsg(
+                self.socket,
+                messages.as_mut_ptr(),
+                messages.len() as _,
+                libc::MSG_DONTWAIT as _,
+            )
+        };
+        self.ports.clear();
+        let sent = u64::try_from(sent).unwrap_or(0);
+        (sent, queued - sent)
+    }
 }
