@@ -216,23 +216,28 @@ fn newcomers_that_overbook_the_link_together_are_held_to_the_rate() {
     let bin = h.datapath.config().calendar_bin_ns;
     set_newcomer_level(&mut h, 3, ns_per_byte_fp(RATE), false);
     let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
-    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
     let start = monotonic_now_ns();
     let hosts = [CLIENT_A, CLIENT_B, CLIENT_C];
     let departures: Vec<u64> = (0..60).map(|i| send(&mut h, hosts[i % 3], 1)).collect();
-    let last = *departures.iter().max().unwrap();
-    let wire = at_the_rate(60, full);
-    assert!(
-        last + span + bin >= start + wire,
-        "three newcomers left faster than the rate: last departure {} ms after start, the rate \
-         allows {} ms",
-        (last - start) / 1_000_000,
-        wire / 1_000_000
-    );
+    assert_held_to_the_rate("three newcomers", &departures, start, full, bin);
     assert!(h.view().stats.calendar_delayed > 0);
 }
 
-/// The most frames of `full` ns each that leave within any `window` ns of `departures`.
+/// Asserts that frames of `full` ns each, sent from `start`, left no faster than the rate: the
+/// last of them no earlier than the rate allows, less one span of borrowing and one bin.
+fn assert_held_to_the_rate(who: &str, departures: &[u64], start: u64, full: u64, bin: u64) {
+    let last = *departures.iter().max().unwrap();
+    let wire = at_the_rate(departures.len() as u64, full);
+    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    assert!(
+        last + span + bin >= start + wire,
+        "{who} left faster than the rate: last departure {} ms after start, the rate allows {} ms",
+        (last - start) / 1_000_000,
+        wire / 1_000_000
+    );
+}
+
+/// The most frames that leave within any `window` ns of `departures`.
 fn densest(departures: &[u64], window: u64) -> usize {
     let mut sorted = departures.to_vec();
     sorted.sort_unstable();
@@ -260,7 +265,6 @@ fn packets_that_find_their_span_full_queue_behind_what_follows_it() {
     set_rate(&mut h, CLIENT_A, full_rate, full_rate, 0);
     set_rate(&mut h, CLIENT_B, full_rate, full_rate, 0);
     let full = tx_time_ns(FRAME as u64, full_rate);
-    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
     let start = monotonic_now_ns();
     let departures: Vec<u64> = (0..100)
         .map(|i| {
@@ -271,15 +275,7 @@ fn packets_that_find_their_span_full_queue_behind_what_follows_it() {
             )
         })
         .collect();
-    let last = *departures.iter().max().unwrap();
-    let wire = at_the_rate(100, full);
-    assert!(
-        last + span + bin >= start + wire,
-        "two hosts left faster than the rate: last departure {} ms after start, the rate \
-         allows {} ms",
-        (last - start) / 1_000_000,
-        wire / 1_000_000
-    );
+    assert_held_to_the_rate("two hosts", &departures, start, full, bin);
     let window = 20 * bin;
     let allowed = ((window + 2 * bin) * 17 / 16).div_ceil(full) as usize;
     let densest = densest(&departures, window);
