@@ -363,7 +363,9 @@ pub struct DatapathStats {
     pub clock_contended: u64,
     /// Packets the calendar moved past their flow's time (the aggregate was overbooked).
     pub calendar_delayed: u64,
-    /// Wire time (ns) the calendar could not place within the bins a packet may span.
+    /// Wire time (ns) the calendar could not place: what priority packets borrowed beyond the
+    /// bins they may span (the lent debt), and a packet's when the bin after its span changed
+    /// under it.
     pub calendar_unplaced_ns: u64,
     /// Latest departure stamped on this CPU (the scheduled queue: this minus now).
     pub latest_depart_ns: u64,
