@@ -214,12 +214,8 @@ fn scan(
                 out.delayed = true;
             }
         }
-        if beyond
-            && used + take > capacity
-            && let Some(debt) = CALENDAR.get_ptr_mut(OVERFLOW_SLOT)
-        {
-            let over = used + take - branchless::max(used, capacity);
-            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, over) };
+        if beyond && used + take > capacity {
+            owe(OVERFLOW_SLOT, used + take - branchless::max(used, capacity));
         }
         remaining -= take;
     }
@@ -233,19 +229,22 @@ fn scan(
         // debt; any other packet's (a race lost on the bin after the span) is charged to the
         // last bin scanned, over its capacity, so that the packets after it see that bin full
         // instead of the aggregate silently running over the rate.
-        let to = if priority {
-            CALENDAR.get_ptr_mut(DEBT_SLOT)
-        } else if last_bin.is_null() {
-            None
-        } else {
-            Some(last_bin)
-        };
-        if let Some(to) = to {
-            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(to, remaining) };
+        if priority {
+            owe(DEBT_SLOT, remaining);
+        } else if !last_bin.is_null() {
+            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(last_bin, remaining) };
         }
     }
     out.unplaced_ns = remaining;
     out
+}
+
+/// Adds `ns` to the debt in `slot`.
+#[inline(always)]
+fn owe(slot: u32, ns: u64) {
+    if let Some(debt) = CALENDAR.get_ptr_mut(slot) {
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, ns) };
+    }
 }
 
 /// Reads the debt in `slot` and, if `repays`, takes up to `tx_ns` of it for this packet to book

@@ -102,7 +102,7 @@ wait_segmenter() {
 measure() {
 	out=$(run srv iperf3 -c 10.9.0.2 -t "$SECONDS_PER_RUN" -O 1 -P 4 --format m 2>&1) ||
 		fail "iperf3: $out"
-	goodput=$(echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }')
+	goodput=$(echo "$out" | receiver_mbit)
 	run srv iperf3 -c 10.9.0.2 -t 6 -P 4 >/dev/null 2>&1 &
 	load=$!
 	sleep 1

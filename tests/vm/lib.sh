@@ -50,7 +50,13 @@ goodput_mbit() {
 	shift 2
 	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$seconds" -O 1 -P "$parallel" --format m "$@" 2>&1) ||
 		fail "iperf3 $*: $out"
-	echo "$out" | awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
+	echo "$out" | receiver_mbit
+}
+
+# receiver_mbit: the receiver's Mbit/s in the iperf3 client output on stdin (the sum's, with
+# parallel streams).
+receiver_mbit() {
+	awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
 }
 
 # qdisc_state IF: the qdisc configuration of IF in src, stripped of counters, sorted (the

@@ -29,7 +29,8 @@ for c in shaper cake; do
 			fail "cake"
 		;;
 	esac
-	ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$SECS" -P "$FLOWS" -C cubic >/tmp/sojourn-iperf 2>&1 &
+	ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$SECS" -P "$FLOWS" -C cubic --format m \
+		>/tmp/sojourn-iperf 2>&1 &
 	iperf=$!
 	sleep "$((SECS / 2))"
 	log "$c: congestion windows: $(cwnds)"
@@ -41,7 +42,7 @@ for c in shaper cake; do
 		sleep 0.5
 	done
 	wait "$iperf" || fail "iperf3: $(cat /tmp/sojourn-iperf)"
-	mbit=$(awk '/SUM.*receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") print $(i - 1) }' /tmp/sojourn-iperf)
+	mbit=$(receiver_mbit </tmp/sojourn-iperf)
 	case $c in
 	shaper)
 		marks=$(ip netns exec "$SRC" shaper stats --iface s0 | awk '/ECN marked/ { print $3 }')
