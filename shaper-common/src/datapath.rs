@@ -193,6 +193,13 @@ pub struct HostState {
     /// Flows seen, counted once per control epoch each: an upper bound for the flow-time
     /// counts, which a flow whose clock was pushed far ahead inflates in the tick it is pushed.
     pub flows_seen: u64,
+    /// Control epoch (offset by one) in which `rates` was read.
+    pub rates_epoch: u64,
+    /// The host's rates as the data path read them in `rates_epoch`: its entry in the host
+    /// rates map, or its tin's newcomer level (flags: whether it goes ahead). The control plane
+    /// changes them only at a tick, which starts a new epoch, so a host's packets look them up
+    /// once an epoch: a hash lookup per packet was a fifth of the data path's cost.
+    pub rates: HostRate,
 }
 
 /// A flow's state, written only by the data path (LRU hash).
@@ -521,7 +528,7 @@ pub mod program_slots {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
-    assert!(core::mem::size_of::<HostState>() == 80);
+    assert!(core::mem::size_of::<HostState>() == 120);
     assert!(core::mem::size_of::<FlowState>() == 80);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);

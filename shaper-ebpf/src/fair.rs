@@ -108,7 +108,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp, slack_ns) = rates(&host_key, config, info.tin, ahead);
+    let (flow_fp, host_fp, slack_ns) = rates(host, &host_key, epoch, config, info.tin, ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -335,7 +335,10 @@ pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64)
 
 /// The pace of a host's flows and of its guard (0: none), and the guard's slack: the control
 /// plane's, or for a newcomer its tin's newcomer level for both (the newcomer is one
-/// bottlenecked host more).
+/// bottlenecked host more). Read once an epoch into the host's entry (`HostState::rates`): the
+/// control plane writes them before it starts the epoch and not again until the next. CPUs
+/// that refresh the copy at once write the same values; a packet that reads it while another
+/// CPU writes it may take the last epoch's.
 ///
 /// Also notes in `ahead` whether the host's packets go ahead of the calendar's bookings: it used
 /// less than its allocation in the last interval (the control plane's `host_flags::AHEAD`), or
@@ -345,14 +348,33 @@ pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64)
 /// exist from the next tick on. Its own clocks still pace it, at its levels, and the wire time
 /// it takes pushes the others' packets, which then count as waited.
 #[inline(always)]
-fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) -> (u64, u64, u64) {
+fn rates(
+    host: &mut HostState,
+    host_key: &FlowKey,
+    epoch: u64,
+    config: &ShaperConfig,
+    tin: u8,
+    ahead: &mut u32,
+) -> (u64, u64, u64) {
+    // SAFETY: map value, valid for this run; a stale read takes the last epoch's rates once.
+    if unsafe { core::ptr::read_volatile(&raw const host.rates_epoch) } != epoch {
+        host.rates = read_rates(host_key, config, tin);
+        unsafe { core::ptr::write_volatile(&raw mut host.rates_epoch, epoch) };
+    }
+    let r = &host.rates;
+    // SAFETY: a word of the skb's control block (written without a branch).
+    unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
+    (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp, r.slack_ns)
+}
+
+/// The host's rates from the control plane's map, or its tin's newcomer level (see `rates`).
+#[inline(always)]
+fn read_rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> HostRate {
     // SAFETY: map value, valid for this run.
     if let Some(r) = unsafe { HOST_RATES.get(host_key) }
         && r.flow_ns_per_byte_fp != 0
     {
-        // SAFETY: a word of the skb's control block (written without a branch).
-        unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
-        return (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp, r.slack_ns);
+        return *r;
     }
     let t = tin as usize & (MAX_TINS - 1);
     let (newcomer, slack, goes_ahead) = match LEVELS.get(0) {
@@ -364,12 +386,18 @@ fn rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8, ahead: &mut u32) ->
         None => (0, 0, 0),
     };
     match newcomer {
-        0 => (config.ns_per_byte_fp, 0, 0),
-        newcomer => {
-            // SAFETY: as above.
-            unsafe { core::ptr::write_volatile(ahead, goes_ahead as u32) };
-            (newcomer, newcomer, slack)
-        }
+        0 => HostRate {
+            flow_ns_per_byte_fp: config.ns_per_byte_fp,
+            host_ns_per_byte_fp: 0,
+            flags: 0,
+            slack_ns: 0,
+        },
+        newcomer => HostRate {
+            flow_ns_per_byte_fp: newcomer,
+            host_ns_per_byte_fp: newcomer,
+            flags: goes_ahead * host_flags::AHEAD,
+            slack_ns: slack,
+        },
     }
 }
 

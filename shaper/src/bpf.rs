@@ -149,6 +149,8 @@ impl Datapath {
         Ok(map.iter().filter_map(Result::ok).take(limit).collect())
     }
 
+    /// A host's rates. The data path reads them once per control epoch: they apply from the next
+    /// [`Datapath::set_levels`] that starts a new one.
     pub fn set_host_rate(&mut self, key: &FlowKey, rate: &HostRate) -> Result<(), BpfError> {
         let name = map_names::HOST_RATES;
         let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
@@ -164,6 +166,12 @@ impl Datapath {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err(name)(e)),
         }
+    }
+
+    pub fn levels(&self) -> Result<Levels, BpfError> {
+        let name = map_names::LEVELS;
+        let array = Array::<_, Levels>::try_from(self.map(name)?).map_err(map_err(name))?;
+        array.get(&0, 0).map_err(map_err(name))
     }
 
     pub fn set_levels(&mut self, levels: &Levels) -> Result<(), BpfError> {

@@ -58,10 +58,14 @@ fn set_rate(h: &mut Harness, dst: [u8; 4], flow_fp: u64, host_fp: u64, flags: u6
     set_key_rate(h, &host_key(dst), flow_fp, host_fp, flags);
 }
 
-/// The control plane's levels for the host (or, in single-level modes, pseudo-host) `key`.
+/// The control plane's levels for the host (or, in single-level modes, pseudo-host) `key`,
+/// and a new epoch, in which the data path reads them (as a tick does).
 fn set_key_rate(h: &mut Harness, key: &FlowKey, flow_fp: u64, host_fp: u64, flags: u64) {
     let rate = HostRate::new(h.datapath.config(), flow_fp, host_fp, flags);
     h.datapath.set_host_rate(key, &rate).unwrap();
+    let mut levels = h.datapath.levels().unwrap();
+    levels.epoch += 1;
+    h.datapath.set_levels(&levels).unwrap();
 }
 
 /// The control plane's newcomer level (every tin), written by hand; `ahead`: the tins have
