@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use crate::{cpio::Archive, kernel::KernelTree, run_quiet};
 
 /// Modules every VM loads: the qdiscs shaper and the references use, clsact and BPF
-/// classifiers, veth and IFB for topologies, BBR, pktgen for floods, and virtio (PCI transport, a module on 6.1,
+/// classifiers, veth and IFB for topologies, BBR, and virtio (PCI transport, a module on 6.1,
 /// built in on 6.12) and virtio-blk for the results disk.
 const MODULES: &[&str] = &[
     "sch_fq",
@@ -33,7 +33,6 @@ const MODULES: &[&str] = &[
     "veth",
     "ifb",
     "tcp_bbr",
-    "pktgen",
     "virtio_pci",
     "virtio_blk",
 ];
