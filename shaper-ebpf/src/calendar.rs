@@ -34,7 +34,7 @@ use shaper_common::{
 /// The ring's bins, then the two debts (wire time, ns, as signed counts: racing repayments may
 /// take a little more than there was, which reads as none).
 #[map(name = "SHAPER_CALENDAR")]
-static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS + 2, 0);
+static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS + 3, 0);
 
 /// What the calendar lent priority packets beyond their span.
 const DEBT_SLOT: u32 = CALENDAR_BINS;
@@ -44,6 +44,15 @@ const DEBT_SLOT: u32 = CALENDAR_BINS;
 /// bulk bursts overflowed their span, and pings at 10 Mbit/s among 32 flows waited 40-77 ms
 /// behind the bulk bookings for 0.4 s at a time.
 const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
+/// The frontier: the first bin the packets that book behind others have not filled (an
+/// absolute bin index; one in the past reads as the current bin). Such a packet wanting an
+/// earlier bin starts its scan there: the bins before it are full. Without it a packet saw no
+/// further than its span and the bin after it, a bin fixed relative to itself; under a load
+/// the span could not hold, each bin's width brought a new, empty bin after the span, whose
+/// packets left over the next one's, and the aggregate ran at all it was offered (a thousand
+/// hosts of a hundred flows each, every packet of a flow idle since its last, offering 1.5
+/// times the rate, left at 1.5 times the rate with 6 ms of delay).
+const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
@@ -145,8 +154,32 @@ fn scan(
     let lend_limit = CALENDAR_MAX_SPAN_BINS as u64 * bin_ns;
     let (lent, repay_lent) = repay(DEBT_SLOT, tx_ns, !priority);
     let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
-    let priority = priority as u64 & (tin_first as u64 | branchless::below(lent, lend_limit)) != 0;
+    let lent_to = priority as u64 & (tin_first as u64 | branchless::below(lent, lend_limit));
+    // A sparse packet the calendar no longer lends to books without the slack: the slack is
+    // for the phases of flows their levels pace, and nothing paces these. With it, a load of
+    // nothing but such packets filled every bin to its capacity, 6 % over the rate.
+    let capacity = capacity - (bin_ns >> SLACK_SHIFT) * (priority as u64 & (lent_to ^ 1));
+    let priority = lent_to != 0;
+    let frontier = CALENDAR.get_ptr_mut(FRONTIER_SLOT);
+    let now_bin = now_ns / bin_ns;
+    // SAFETY: map value, valid for the run; a stale read starts a scan a bin early or late.
+    let front = match frontier {
+        Some(f) => branchless::max(unsafe { core::ptr::read_volatile(f) }, now_bin),
+        None => now_bin,
+    };
     let mut index = want_ns / bin_ns;
+    // Only a packet that scans from the frontier learns where it now is.
+    let from_front = !priority && index <= front;
+    if from_front {
+        index = front;
+        if (index * bin_ns).saturating_sub(now_ns) >= bin_ns * (CALENDAR_BINS as u64 - 1) {
+            // A ring ahead: it leaves there unbooked (beyond the horizon, which drops it).
+            out.depart_ns = index * bin_ns;
+            out.delayed = true;
+            return out;
+        }
+    }
+    let mut placed_at = 0;
     let mut remaining = tx_ns + repay_lent + repay_overflow;
     let mut placed = false;
     let mut last_bin: *mut u64 = core::ptr::null_mut();
@@ -206,6 +239,7 @@ fn scan(
         }
         if !placed {
             placed = true;
+            placed_at = index - 1 + (used + take >= capacity) as u64;
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
             // bounds the aggregate without ordering flows inside it. A packet pushed into a
             // later bin queues behind what that bin already carries.
@@ -218,6 +252,13 @@ fn scan(
             owe(OVERFLOW_SLOT, used + take - branchless::max(used, capacity));
         }
         remaining -= take;
+    }
+    if from_front
+        && placed_at > front
+        && let Some(f) = frontier
+    {
+        // Racing CPUs may move it back a bin, which the next packet that scans it fills.
+        unsafe { core::ptr::write_volatile(f, placed_at) };
     }
     if !placed && !priority {
         // Even the bin after the span changed under us (a lost race): leave after it.

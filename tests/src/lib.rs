@@ -33,10 +33,15 @@ pub struct Outcome {
 impl Harness {
     /// Loads the data path; BPF tests need root (CAP_BPF + CAP_NET_ADMIN).
     pub fn new(config: ShaperConfig) -> Self {
+        Self::with_state(config, &TEST_STATE)
+    }
+
+    /// The same with maps sized by `state` (`TEST_STATE`'s are small).
+    pub fn with_state(config: ShaperConfig, state: &StateParams) -> Self {
         if let Err(e) = shaper::probe::require_privileges() {
             panic!("BPF tests load programs into the kernel and must run as root: {e}");
         }
-        let mut datapath = Datapath::load(&TEST_STATE).expect("load the BPF data path");
+        let mut datapath = Datapath::load(state).expect("load the BPF data path");
         datapath.configure(&config).expect("configure");
         Self { datapath }
     }
