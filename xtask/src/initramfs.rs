@@ -52,6 +52,10 @@ const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash",
 ];
 
+/// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM
+/// script that traces packets checks for them itself.
+const OPTIONAL_HOST_TOOLS: &[&str] = &["tcpdump"];
+
 /// Host data the tools need: the dynamic loader's cache, iproute2's tables, netem's
 /// distributions.
 const HOST_DATA: &[&str] = &[
@@ -93,6 +97,10 @@ pub fn build(c: &Contents, out: &Path) -> Result<()> {
     for tool in HOST_TOOLS {
         let path =
             which(tool).with_context(|| format!("{tool} is not installed on this machine"))?;
+        add_host_path(&mut a, &path)?;
+        add_libraries(&mut a, &path)?;
+    }
+    for path in OPTIONAL_HOST_TOOLS.iter().filter_map(|tool| which(tool)) {
         add_host_path(&mut a, &path)?;
         add_libraries(&mut a, &path)?;
     }
