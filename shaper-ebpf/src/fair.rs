@@ -452,13 +452,17 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     } else {
         NO_ADDR
     };
-    let transport = want & fields::TRANSPORT != 0;
+    let (src_port, dst_port, proto) = if want & fields::TRANSPORT != 0 {
+        (info.src_port, info.dst_port, info.ip_proto)
+    } else {
+        (0, 0, 0)
+    };
     FlowKey {
         src,
         dst,
-        src_port: if transport { info.src_port } else { 0 },
-        dst_port: if transport { info.dst_port } else { 0 },
-        proto: if transport { info.ip_proto } else { 0 },
+        src_port,
+        dst_port,
+        proto,
         family: match (want == fields::NONE, v6) {
             (true, _) => 0,
             (false, true) => 6,

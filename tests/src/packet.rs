@@ -74,6 +74,13 @@ pub fn udp_header(src_port: u16, dst_port: u16, payload_len: usize) -> Vec<u8> {
     h
 }
 
+/// A UDP header and `payload_len` bytes of payload (0x11 each).
+pub fn udp_datagram(src_port: u16, dst_port: u16, payload_len: usize) -> Vec<u8> {
+    let mut l4 = udp_header(src_port, dst_port, payload_len);
+    l4.extend(std::iter::repeat_n(0x11, payload_len));
+    l4
+}
+
 pub fn ipv4(proto: u8, src: [u8; 4], dst: [u8; 4], l4: &[u8]) -> Vec<u8> {
     let mut h = vec![0u8; 20];
     h[0] = 0x45;

@@ -52,8 +52,7 @@ fn tcp4(port: u16, ecn: u8) -> Vec<u8> {
 /// An IPv6 UDP frame with the given ECN bits (traffic class 0 otherwise).
 fn udp6(ecn: u8) -> Vec<u8> {
     let payload = FRAME - 14 - 40 - 8;
-    let mut l4 = packet::udp_header(4000, 4001, payload);
-    l4.extend(std::iter::repeat_n(0x11, payload));
+    let l4 = packet::udp_datagram(4000, 4001, payload);
     let mut ip = packet::ipv6(UDP, 1, 2, &l4);
     ip[1] |= ecn << 4;
     Frame::ether_type(ETH_P_IPV6).payload(ip).build()

@@ -105,8 +105,7 @@ fn wash_clears_the_dscp_and_keeps_ecn() {
     );
     assert_eq!(tins_of_hosts(&h), vec![VOICE], "classified before washing");
     // IPv6: the traffic class spans two bytes; the flow label's top nibble is kept.
-    let mut l4 = packet::udp_header(4000, 4001, 100);
-    l4.extend(std::iter::repeat_n(0x11, 100));
+    let l4 = packet::udp_datagram(4000, 4001, 100);
     let mut ip = packet::ipv6(UDP, 1, 2, &l4);
     let tc = dscp::AF41 << 2 | 0b01;
     ip[0] |= tc >> 4;

@@ -41,8 +41,7 @@ fn host_addr(i: usize) -> [u8; 4] {
 }
 
 fn udp4(src: [u8; 4], src_port: u16, dst_port: u16, payload: usize) -> Vec<u8> {
-    let mut l4 = packet::udp_header(src_port, dst_port, payload);
-    l4.extend(std::iter::repeat_n(0u8, payload));
+    let l4 = packet::udp_datagram(src_port, dst_port, payload);
     Frame::ether_type(ETH_P_IP)
         .payload(packet::ipv4(UDP, src, [10, 9, 0, 2], &l4))
         .build()

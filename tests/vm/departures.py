@@ -47,19 +47,25 @@ def main():
         sys.exit("no frames in the trace")
     start = rows[0][0]
     # Classify each frame: a retransmission (its end not beyond what the flow sent before), a
-    # flow's first frame after an idle gap, or a frame of a flow sending anyway.
+    # flow's first frame after an idle gap, or a frame of a flow sending anyway. Long gaps in a
+    # flow's data are TCP senders that stalled (a retransmission timeout, or the probe timer
+    # after a drop that left them nothing in flight).
     highest = {}
     last_seen = {}
     kinds = []
+    stalls = dict.fromkeys((0.08, 0.2, 0.4), 0)
     for t, flow, wire, end in rows:
         kind = "data"
         if flow == "icmp":
             kind = "ping"
         elif end is not None:
+            gap = t - last_seen.get(flow, t)
             if flow in highest and end <= highest[flow]:
                 kind = "retransmit"
-            elif flow in last_seen and t - last_seen[flow] > 0.040:
+            elif gap > 0.040:
                 kind = "after idle"
+            for threshold in stalls:
+                stalls[threshold] += gap > threshold
             highest[flow] = max(highest.get(flow, 0), end)
         last_seen[flow] = t
         kinds.append(kind)
@@ -99,16 +105,6 @@ def main():
         )
         if len(shown) == 8:
             break
-    # Long gaps in a flow's data: a TCP sender that stalled (a retransmission timeout, or
-    # the probe timer after a drop that left it nothing in flight).
-    stalls = defaultdict(int)
-    last = {}
-    for t, flow, wire, end in rows:
-        if flow != "icmp" and wire > TCP_HEADERS:
-            gap = t - last.get(flow, t)
-            for threshold in (0.08, 0.2, 0.4):
-                stalls[threshold] += gap > threshold
-            last[flow] = t
     print(
         "gaps in a flow's data longer than "
         + ", ".join(f"{k * 1000:.0f} ms: {v}" for k, v in sorted(stalls.items()))

@@ -97,12 +97,10 @@ pub fn build(c: &Contents, out: &Path) -> Result<()> {
     for tool in HOST_TOOLS {
         let path =
             which(tool).with_context(|| format!("{tool} is not installed on this machine"))?;
-        add_host_path(&mut a, &path)?;
-        add_libraries(&mut a, &path)?;
+        add_host_tool(&mut a, &path)?;
     }
     for path in OPTIONAL_HOST_TOOLS.iter().filter_map(|tool| which(tool)) {
-        add_host_path(&mut a, &path)?;
-        add_libraries(&mut a, &path)?;
+        add_host_tool(&mut a, &path)?;
     }
     a.symlink("/usr/bin/sh", "dash")?;
     busybox(&mut a)?;
@@ -217,6 +215,12 @@ fn vm_path(host: &Path) -> String {
 }
 
 /// Adds a host file, following a chain of symlinks and recreating each link.
+/// A host binary and the shared libraries it loads.
+fn add_host_tool(a: &mut Archive, binary: &Path) -> Result<()> {
+    add_host_path(a, binary)?;
+    add_libraries(a, binary)
+}
+
 fn add_host_path(a: &mut Archive, host: &Path) -> Result<()> {
     let mut path = host.to_path_buf();
     for _ in 0..16 {
