@@ -35,6 +35,9 @@ pub struct Config {
     /// UDP payload bytes per packet.
     pub size: usize,
     pub duration: Duration,
+    /// From when (since the start) a second report counts what was sent: the window a receiver
+    /// measures after its warm-up, when the emulated VM offers less late in a run than early.
+    pub window: Duration,
     /// Relative offered load per host, repeated over the hosts.
     pub weights: Vec<f64>,
     pub target: Ipv4Addr,
@@ -86,10 +89,14 @@ pub fn run(c: &Config) -> Result<(), String> {
     let mut turn: Vec<u32> = vec![0; hosts.len()];
     let mut next = hosts.len() - 1;
     let mut batch = Batch::new(&payload, c.target);
+    let mut at_window = None;
     loop {
         let elapsed = start.elapsed();
         if elapsed >= c.duration {
             break;
+        }
+        if at_window.is_none() && elapsed >= c.window {
+            at_window = Some((sent, elapsed));
         }
         let due = (elapsed.as_secs_f64() * pps) as u64;
         if sent + failed >= due {
@@ -125,12 +132,22 @@ pub fn run(c: &Config) -> Result<(), String> {
         sent += ok;
         failed += refused;
     }
-    let secs = start.elapsed().as_secs_f64();
+    let end = start.elapsed();
+    let secs = end.as_secs_f64();
+    let frame_bits = ((c.size + HEADERS) * 8) as f64;
     println!(
         "blast: sent {sent} packets ({failed} refused by the socket) in {secs:.1} s: {:.0} packets/s, {:.1} Mbit/s of frames",
         sent as f64 / secs,
-        sent as f64 * (c.size + HEADERS) as f64 * 8.0 / secs / 1e6
+        sent as f64 * frame_bits / secs / 1e6
     );
+    if let Some((before, from)) = at_window.filter(|_| !c.window.is_zero()) {
+        let (n, secs) = (sent - before, (end - from).as_secs_f64());
+        println!(
+            "blast: window from {:.1} s: sent {n} packets in {secs:.1} s: {:.1} Mbit/s of frames",
+            from.as_secs_f64(),
+            n as f64 * frame_bits / secs / 1e6
+        );
+    }
     Ok(())
 }
 

@@ -46,7 +46,7 @@ const USAGE: &str = "usage: lab-probe server --port PORT [--transfers-port PORT]
                            [--duration SECONDS] [--timeout SECONDS] [--seed N] ADDRESS
        lab-probe blast --from ADDRESS --hosts N [--sockets N] --port PORT [--ports N]
                        --rate BITS_PER_SECOND [--size BYTES] [--duration SECONDS]
-                       [--weights W,W,...] ADDRESS
+                       [--weights W,W,...] [--window SECONDS] ADDRESS
        lab-probe sink --port PORT [--ports N] [--warmup SECONDS] [--duration SECONDS]";
 
 fn main() -> ExitCode {
@@ -180,6 +180,10 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
                 .ok_or_else(|| format!("--rate {rate}: bits per second (1000000)"))?;
             let size = flags.count("--size", Some(1400), 65000)? as usize;
             let duration = flags.seconds("--duration", 10.0)?;
+            let window = flags.seconds_from_zero("--window")?;
+            if window >= duration {
+                return Err("--window must be shorter than --duration".into());
+            }
             let weights = match flags.take("--weights") {
                 None => vec![1.0],
                 Some(w) => w
@@ -201,6 +205,7 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
                 rate_bps,
                 size,
                 duration,
+                window,
                 weights,
                 target,
             }))
@@ -422,13 +427,14 @@ mod tests {
     fn blast_and_sink_command_lines() {
         let Ok(Command::Blast(c)) = parse_str(
             "blast --from 10.20.0.1 --hosts 1000 --port 6000 --ports 100 --rate 1.5e9 \
-             --size 8900 --duration 20 --weights 1.1,2 10.9.0.2",
+             --size 8900 --duration 20 --weights 1.1,2 --window 5.5 10.9.0.2",
         ) else {
             panic!("not a blast command");
         };
         assert_eq!((c.hosts, c.sockets, c.port, c.ports), (1000, 1, 6000, 100));
         assert_eq!((c.rate_bps, c.size), (1.5e9, 8900));
         assert_eq!(c.weights, vec![1.1, 2.0]);
+        assert_eq!(c.window, Duration::from_millis(5500));
         assert_eq!(c.target, Ipv4Addr::new(10, 9, 0, 2));
         let Ok(Command::Sink(c)) =
             parse_str("sink --port 6000 --ports 100 --warmup 5 --duration 20")

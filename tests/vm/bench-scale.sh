@@ -8,7 +8,8 @@
 # (Jain over hosts 0.95) and a host-fair one evenly (1.0). `lab-probe sink` counts what
 # arrives per source after a warm-up. Then the same with one more host flooding new 5-tuples
 # (FLOOD per second, each from one of 32 source ports to one of 60,000 destination ports, so a
-# tuple recurs only after 1.9 million packets): every other host must keep 95 % of its share.
+# tuple recurs only after 1.9 million packets): every other host must keep 95 % of what it got
+# without the flood (less the flooder's own share).
 #
 # CONTENDERS (default shaper,cake) run one after the other on the same addresses: CAKE as
 # `dual-srchost` (fair between sources, then their flows: with one destination, what shaper's
@@ -37,6 +38,11 @@ WARMUP=${BENCH_WARMUP:-6}
 # UDP payload: the MTU less IPv4 and UDP headers and some room.
 SIZE=$((MTU - 100))
 PORT=6000
+# The flooders' niceness (see phase).
+FLOOD_NICE=4
+# The senders start half a second after the sink, so the sink's window after its warm-up is
+# theirs from this many seconds on: what they offered is judged in the same window.
+WINDOW=$(awk -v w="$WARMUP" 'BEGIN { print w - 0.5 }')
 
 [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 60000 ] || fail "HOSTS must be 2-60000"
 [ "$MTU" -ge 1500 ] && [ "$MTU" -le 65000 ] || fail "MTU must be 1500-65000"
@@ -76,8 +82,14 @@ contender_stop() {
 	esac
 }
 contender_stats() {
+	# What the receiving veth counted: every frame the contender let out arrives there.
+	ip -s -n "$DST" link show d0 | sed -n '3,4p'
 	case $1 in
-	shaper) ip netns exec "$SRC" shaper stats --iface s0 | head -40 ;;
+	shaper)
+		ip netns exec "$SRC" shaper stats --iface s0 | head -40
+		# fq's own drops and throttling: what the stamps became.
+		ip netns exec "$SRC" tc -s qdisc show dev s0 | head -20
+		;;
 	cake) ip netns exec "$SRC" tc -s qdisc show dev s0 | head -40 ;;
 	esac
 }
@@ -91,19 +103,23 @@ phase() {
 	# Offered: 1.5 times the rate on average, at the weights below.
 	ip netns exec "$SRC" lab-probe blast --from 10.20.0.1 --hosts "$HOSTS" --port $PORT \
 		--ports "$PORTS" --rate "$((RATE * 1500000))" --size $SIZE --duration "$SECS" \
-		--weights 1.1,1.3,1.6,2.0 10.9.0.2 >"/tmp/blast-$1" 2>&1 &
+		--weights 1.1,1.3,1.6,2.0 --window "$WINDOW" 10.9.0.2 >"/tmp/blast-$1" 2>&1 &
 	blast=$!
 	floods=
 	if [ "$2" -gt 0 ]; then
 		# 18-byte payloads: 60-byte frames, FLOOD of them a second from one host, sent by one
 		# process per vCPU (one alone reaches about 70,000 a second in the emulated VM), each
-		# from its own 32 sockets, so each tuple is still new.
+		# from its own 32 sockets, so each tuple is still new. At a lower CPU priority than the
+		# hosts' sender: at the same priority the two vCPUs went to the flood, the hosts offered
+		# 780-1,060 Mbit/s instead of 1.5 times the rate, and what was measured was how the
+		# emulator split its CPU between the senders, not how the shaper split the link.
 		procs=$(nproc)
 		for p in $(seq "$procs"); do
 			ip netns exec "$SRC" lab-probe blast --from 10.21.0.1 --hosts 1 --sockets 32 \
 				--port 2000 --ports 60000 --rate "$(($2 * 60 * 8 / procs))" --size 18 \
-				--duration "$SECS" 10.9.0.2 >"/tmp/flood-$1-$p" 2>&1 &
+				--duration "$SECS" --window "$WINDOW" 10.9.0.2 >"/tmp/flood-$1-$p" 2>&1 &
 			floods="$floods $!"
+			renice -n "$FLOOD_NICE" -p $! >/dev/null || fail "renice"
 		done
 	fi
 	wait $blast || fail "blast: $(cat "/tmp/blast-$1")"
@@ -122,17 +138,39 @@ phase() {
 # hosts that offer less are owed what they offer, not the equal split.
 # flood_mbit is only what reached the sink's ports: the flood's destination ports are spread
 # over 60,000, of which the sink listens on PORTS, so it is not the flooder's share.
-# sent_mbit FILE...: the rate the blasts reported sending, summed (0 without the files).
+# sent_mbit FILE...: the rate the blasts reported sending in the sink's window, summed (0
+# without the files). The emulated VM offers less once the flood takes its CPU: a whole run's
+# average would count what was offered before the window as demand in it.
 sent_mbit() {
 	cat "$@" 2>/dev/null |
-		awk '/^blast: sent/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") s += $(i - 1) } END { print s + 0 }'
+		awk '/^blast: window/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") s += $(i - 1) } END { print s + 0 }'
 }
 
+# sent_per_s FILE...: packets a second the blasts reported sending in the sink's window, summed.
+sent_per_s() {
+	cat "$@" 2>/dev/null |
+		awk '/^blast: window/ { for (i = 1; i <= NF; i++) { if ($i == "sent") n = $(i + 1); if ($i == "s:") t = $(i - 1) } if (t > 0) s += n / t }
+			END { printf "%.0f", s }'
+}
+
+# judge NAME [UNFLOODED]: with UNFLOODED (the same contender's phase without the flood), also
+# what the flood left each host of what it got without it (the flooder is one host more, so a
+# host's share shrinks by HOSTS/(HOSTS+1)), the flood's effect alone: the emulated link carries
+# less than the rate of 32,000-byte frames in either phase, which the share of the rate counts.
 judge() {
 	offered=$(sent_mbit "/tmp/blast-$1")
 	flooded=$(sent_mbit /tmp/flood-"$1"-*)
 	awk -v hosts="$HOSTS" -v secs="$((SECS + 1 - WARMUP))" -v name="$1" -v rate="$RATE" \
-		-v offered="$offered" -v flooded="$flooded" -v weights="1.1,1.3,1.6,2.0" '
+		-v offered="$offered" -v flooded="$flooded" -v weights="1.1,1.3,1.6,2.0" \
+		-v per_s="$(sent_per_s /tmp/flood-"$1"-*)" -v unflooded="${2:+/tmp/sink-$2}" '
+		BEGIN {
+			# What each host got without the flood.
+			while (unflooded != "" && (getline line <unflooded) > 0) {
+				split(line, f, " ")
+				if (f[1] !~ /^10\.20\./) continue
+				split(f[1], a, "."); before[a[3] * 256 + a[4]] = f[3] * 8 / secs / 1e6
+			}
+		}
 		/^#/ { next }
 		$1 ~ /^10\.20\./ {
 			split($1, a, "."); i = a[3] * 256 + a[4]
@@ -162,12 +200,24 @@ judge() {
 			for (i = 1; i <= hosts; i++) {
 				want = d[(i - 1) % nw + 1]
 				if (level >= 0 && want > level) want = level
+				# Nothing offered in the window: the emulated VM stalled (it did under CAKE in the
+				# flood phase), nothing to judge.
+				if (want <= 0) continue
 				r = ((i in got) ? got[i] : 0) / want
 				if (min < 0 || r < min) min = r
 			}
 			jain = sum * sum / (hosts * sq)
-			printf "RESULT %s hosts=%d received_mbit=%.1f jain_hosts=%.4f min_host_over_share=%.3f offered_mbit=%.1f flood_mbit=%.2f\n",
+			printf "RESULT %s hosts=%d received_mbit=%.1f jain_hosts=%.4f min_host_over_share=%.3f offered_mbit=%.1f flood_mbit=%.2f",
 				name, hosts, total, jain, min, offered, flood
+			if (unflooded != "") {
+				kept = -1
+				for (i = 1; i <= hosts; i++) {
+					r = before[i] > 0 ? ((i in got) ? got[i] : 0) / (before[i] * hosts / (hosts + 1)) : 0
+					if (kept < 0 || r < kept) kept = r
+				}
+				printf " flood_per_s=%d min_host_over_unflooded=%.3f", per_s, kept
+			}
+			printf "\n"
 		}' "/tmp/sink-$1"
 }
 
@@ -179,7 +229,7 @@ for c in $(echo "$CONTENDERS" | tr , ' '); do
 	contender_stats "$c"
 	log "$c: the same with a flood of $FLOOD new 5-tuples/s from 10.21.0.1"
 	phase "$c-flood" "$FLOOD"
-	judge "$c-flood" | tee "/tmp/result-$c-flood"
+	judge "$c-flood" "$c-fair" | tee "/tmp/result-$c-flood"
 	contender_stats "$c"
 	contender_stop "$c"
 done
@@ -193,6 +243,6 @@ at_least() {
 		END { exit !(v[key] >= bound) }' "$1"
 }
 at_least /tmp/result-shaper-fair jain_hosts 0.98 || fail "Jain over hosts below 0.98"
-at_least /tmp/result-shaper-flood min_host_over_share 0.95 ||
-	fail "under the flood a host got less than 95 % of its share"
+at_least /tmp/result-shaper-flood min_host_over_unflooded 0.95 ||
+	fail "under the flood a host got less than 95 % of its share without it"
 echo "PASS"
