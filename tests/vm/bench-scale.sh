@@ -8,8 +8,8 @@
 # (Jain over hosts 0.95) and a host-fair one evenly (1.0). `lab-probe sink` counts what
 # arrives per source after a warm-up. Then the same with one more host flooding new 5-tuples
 # (FLOOD per second, each from one of 32 source ports to one of 60,000 destination ports, so a
-# tuple recurs only after 1.9 million packets): every other host must keep 95 % of what it got
-# without the flood (less the flooder's own share).
+# tuple recurs only after 1.9 million packets): every other host must keep 95 % of its share of
+# what the link carried without the flood (less the flooder's own share).
 #
 # CONTENDERS (default shaper,cake) run one after the other on the same addresses: CAKE as
 # `dual-srchost` (fair between sources, then their flows: with one destination, what shaper's
@@ -154,9 +154,12 @@ sent_per_s() {
 }
 
 # judge NAME [UNFLOODED]: with UNFLOODED (the same contender's phase without the flood), also
-# what the flood left each host of what it got without it (the flooder is one host more, so a
-# host's share shrinks by HOSTS/(HOSTS+1)), the flood's effect alone: the emulated link carries
-# less than the rate of 32,000-byte frames in either phase, which the share of the rate counts.
+# the smallest host's rate under the flood over its share of what the link carried without it
+# (an equal split, less the flooder's: the flooder is one host more), the flood's effect alone:
+# the emulated link carries less than the rate of 32,000-byte frames in either phase, which the
+# share of the rate counts. (A host's own rate without the flood is no better a reference: with
+# 60 frames a host in the window, one frame more or less is 1.7 %, and the smallest of 1,000
+# ratios of two such counts sits 5 % under their mean.)
 judge() {
 	offered=$(sent_mbit "/tmp/blast-$1")
 	flooded=$(sent_mbit /tmp/flood-"$1"-*)
@@ -168,7 +171,7 @@ judge() {
 			while (unflooded != "" && (getline line <unflooded) > 0) {
 				split(line, f, " ")
 				if (f[1] !~ /^10\.20\./) continue
-				split(f[1], a, "."); before[a[3] * 256 + a[4]] = f[3] * 8 / secs / 1e6
+				before += f[3] * 8 / secs / 1e6
 			}
 		}
 		/^#/ { next }
@@ -212,7 +215,7 @@ judge() {
 			if (unflooded != "") {
 				kept = -1
 				for (i = 1; i <= hosts; i++) {
-					r = before[i] > 0 ? ((i in got) ? got[i] : 0) / (before[i] * hosts / (hosts + 1)) : 0
+					r = before > 0 ? ((i in got) ? got[i] : 0) / (before / (hosts + 1)) : 0
 					if (kept < 0 || r < kept) kept = r
 				}
 				printf " flood_per_s=%d min_host_over_unflooded=%.3f", per_s, kept
@@ -244,5 +247,5 @@ at_least() {
 }
 at_least /tmp/result-shaper-fair jain_hosts 0.98 || fail "Jain over hosts below 0.98"
 at_least /tmp/result-shaper-flood min_host_over_unflooded 0.95 ||
-	fail "under the flood a host got less than 95 % of its share without it"
+	fail "under the flood a host got less than 95 % of its share"
 echo "PASS"
