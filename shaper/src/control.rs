@@ -109,8 +109,15 @@ impl Default for Seen {
 /// Largest factor by which a host's flow level may exceed its fair value.
 const MAX_BOOST: f64 = 1.5;
 
-/// Share of its allocation a host may carry without its boost changing.
+/// Share of its allocation a host may carry without its boost growing.
 const BOOST_DEADBAND: f64 = 0.98;
+
+/// Share of its allocation from which a host counts as carrying all of it: its guard, not its
+/// flows' pace, holds it, so its boost is more than it needs.
+const BOOST_FULL: f64 = 0.995;
+
+/// Factor per tick by which a boost that is more than its host needs returns towards 1.
+const BOOST_DECAY: f64 = 0.97;
 
 /// The next factor on a bottlenecked host's flow level. A flow paced at exactly its share
 /// rarely achieves it: each time its next packet comes late (a TCP Small Queues completion, a
@@ -120,11 +127,20 @@ const BOOST_DEADBAND: f64 = 0.98;
 /// per tick (damped), up to [`MAX_BOOST`]; the host's guard clock still holds it to its
 /// allocation, so the boost only recovers lost time. A host at or above its allocation, or no
 /// longer bottlenecked, returns towards 1.
+///
+/// A host that carries its whole allocation lets its boost decay: its guard holds it there,
+/// and the boost beyond what it needs only decides which of its flows the guard serves first.
+/// Held instead, a boost grown while TCP flows started stayed for good, and the one flow that
+/// never backs off (unresponsive UDP beside four TCP flows) took its boosted level, 1.1-1.2
+/// times its share, from its host's TCP flows.
 pub fn next_boost(boost: f64, allocation_bps: f64, rate_bps: f64, bottlenecked: bool) -> f64 {
     if !bottlenecked || rate_bps <= 0.0 || allocation_bps <= 0.0 {
         return 1.0;
     }
     let carried = rate_bps / allocation_bps;
+    if (BOOST_FULL..=1.0).contains(&carried) {
+        return (boost * BOOST_DECAY).clamp(1.0, MAX_BOOST);
+    }
     if (BOOST_DEADBAND..=1.0).contains(&carried) {
         // Close enough: measurement noise must not ratchet the boost up.
         return boost.clamp(1.0, MAX_BOOST);
@@ -387,8 +403,14 @@ mod tests {
         assert!(next_boost(1.2, 50e6, 55e6, true) < 1.2);
         assert!(close(next_boost(1.0, 50e6, 80e6, true), 1.0));
         assert!(close(next_boost(1.4, 50e6, 10e6, false), 1.0));
-        // Within 2% of the allocation it holds.
-        assert!(close(next_boost(1.2, 50e6, 49.5e6, true), 1.2));
+        // Within 2% of the allocation it holds, unless the host carries all of it: then it
+        // decays, and only towards 1.
+        assert!(close(next_boost(1.2, 50e6, 49.2e6, true), 1.2));
+        let mut b = 1.5;
+        for _ in 0..100 {
+            b = next_boost(b, 50e6, 49.9e6, true);
+        }
+        assert!(close(b, 1.0), "{b}");
     }
 
     #[test]
