@@ -143,8 +143,9 @@ pub fn run(c: &Config) -> Result<(), String> {
     if let Some((before, from)) = at_window.filter(|_| !c.window.is_zero()) {
         let (n, secs) = (sent - before, (end - from).as_secs_f64());
         println!(
-            "blast: window from {:.1} s: sent {n} packets in {secs:.1} s: {:.1} Mbit/s of frames",
+            "blast: window from {:.1} s: sent {n} packets in {secs:.1} s: {:.0} packets/s, {:.1} Mbit/s of frames",
             from.as_secs_f64(),
+            n as f64 / secs,
             n as f64 * frame_bits / secs / 1e6
         );
     }

@@ -119,7 +119,7 @@ phase() {
 				--port 2000 --ports 60000 --rate "$(($2 * 60 * 8 / procs))" --size 18 \
 				--duration "$SECS" --window "$WINDOW" 10.9.0.2 >"/tmp/flood-$1-$p" 2>&1 &
 			floods="$floods $!"
-			renice -n "$FLOOD_NICE" -p $! >/dev/null || fail "renice"
+			renice -n "$FLOOD_NICE" -p $! >/dev/null || fail "could not lower the flooder's priority (renice)"
 		done
 	fi
 	wait $blast || fail "blast: $(cat "/tmp/blast-$1")"
@@ -131,43 +131,40 @@ phase() {
 	ip netns exec "$DST" nstat -asz UdpRcvbufErrors UdpInErrors 2>/dev/null | grep Udp
 }
 
-# judge NAME: Jain's index over the hosts (not the flooder), the goodput, and the smallest
-# ratio of what a host received to its max-min fair share of the rate, given what each host
-# offered (blast's measured rate split by the weights; the flooder's as its blast measured it):
-# when the VM cannot offer every host more than an equal split (the flood takes its CPU), the
-# hosts that offer less are owed what they offer, not the equal split.
-# flood_mbit is only what reached the sink's ports: the flood's destination ports are spread
-# over 60,000, of which the sink listens on PORTS, so it is not the flooder's share.
-# sent_mbit FILE...: the rate the blasts reported sending in the sink's window, summed (0
-# without the files). The emulated VM offers less once the flood takes its CPU: a whole run's
-# average would count what was offered before the window as demand in it.
-sent_mbit() {
+# window_sum UNIT FILE...: the blasts' reports of what they sent in the sink's window, summed
+# over the files: the figure given in UNIT (Mbit/s or packets/s; 0 without the files). The
+# emulated VM offers less once the flood takes its CPU: a whole run's average would count what
+# was offered before the window as demand in it.
+window_sum() {
+	unit=$1
+	shift
 	cat "$@" 2>/dev/null |
-		awk '/^blast: window/ { for (i = 1; i <= NF; i++) if ($i == "Mbit/s") s += $(i - 1) } END { print s + 0 }'
+		awk -v unit="$unit" '/^blast: window/ { for (i = 2; i <= NF; i++) { u = $i; sub(/,$/, "", u); if (u == unit) s += $(i - 1) } }
+			END { printf "%.1f\n", s }'
 }
 
-# sent_per_s FILE...: packets a second the blasts reported sending in the sink's window, summed.
-sent_per_s() {
-	cat "$@" 2>/dev/null |
-		awk '/^blast: window/ { for (i = 1; i <= NF; i++) { if ($i == "sent") n = $(i + 1); if ($i == "s:") t = $(i - 1) } if (t > 0) s += n / t }
-			END { printf "%.0f", s }'
-}
-
-# judge NAME [UNFLOODED]: with UNFLOODED (the same contender's phase without the flood), also
-# the smallest host's rate under the flood over its share of what the link carried without it
-# (an equal split, less the flooder's: the flooder is one host more), the flood's effect alone:
-# the emulated link carries less than the rate of 32,000-byte frames in either phase, which the
-# share of the rate counts. (A host's own rate without the flood is no better a reference: with
-# 60 frames a host in the window, one frame more or less is 1.7 %, and the smallest of 1,000
-# ratios of two such counts sits 5 % under their mean.)
+# judge NAME [UNFLOODED]: Jain's index over the hosts (not the flooder), the goodput, and the
+# smallest ratio of what a host received to its max-min fair share of the rate, given what each
+# host offered (blast's measured rate split by the weights; the flooder's as its blast measured
+# it): when the VM cannot offer every host more than an equal split (the flood takes its CPU),
+# the hosts that offer less are owed what they offer, not the equal split. flood_mbit is only
+# what reached the sink's ports: the flood's destination ports are spread over 60,000, of which
+# the sink listens on PORTS, so it is not the flooder's share.
+# With UNFLOODED (the same contender's phase without the flood), also the smallest host's rate
+# under the flood over its share of what the link carried without it (an equal split, less the
+# flooder's: the flooder is one host more), the flood's effect alone: the emulated link carries
+# less than the rate of 32,000-byte frames in either phase, which the share of the rate counts.
+# (A host's own rate without the flood is no better a reference: with 60 frames a host in the
+# window, one frame more or less is 1.7 %, and the smallest of 1,000 ratios of two such counts
+# sits 5 % under their mean.)
 judge() {
-	offered=$(sent_mbit "/tmp/blast-$1")
-	flooded=$(sent_mbit /tmp/flood-"$1"-*)
+	offered=$(window_sum Mbit/s "/tmp/blast-$1")
+	flooded=$(window_sum Mbit/s /tmp/flood-"$1"-*)
 	awk -v hosts="$HOSTS" -v secs="$((SECS + 1 - WARMUP))" -v name="$1" -v rate="$RATE" \
 		-v offered="$offered" -v flooded="$flooded" -v weights="1.1,1.3,1.6,2.0" \
-		-v per_s="$(sent_per_s /tmp/flood-"$1"-*)" -v unflooded="${2:+/tmp/sink-$2}" '
+		-v per_s="$(window_sum packets/s /tmp/flood-"$1"-*)" -v unflooded="${2:+/tmp/sink-$2}" '
 		BEGIN {
-			# What each host got without the flood.
+			# What the hosts got together without the flood.
 			while (unflooded != "" && (getline line <unflooded) > 0) {
 				split(line, f, " ")
 				if (f[1] !~ /^10\.20\./) continue

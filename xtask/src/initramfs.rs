@@ -214,13 +214,13 @@ fn vm_path(host: &Path) -> String {
     s.into_owned()
 }
 
-/// Adds a host file, following a chain of symlinks and recreating each link.
 /// A host binary and the shared libraries it loads.
 fn add_host_tool(a: &mut Archive, binary: &Path) -> Result<()> {
     add_host_path(a, binary)?;
     add_libraries(a, binary)
 }
 
+/// Adds a host file, following a chain of symlinks and recreating each link.
 fn add_host_path(a: &mut Archive, host: &Path) -> Result<()> {
     let mut path = host.to_path_buf();
     for _ in 0..16 {
