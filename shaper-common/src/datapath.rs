@@ -112,7 +112,6 @@ pub const HOST_SLACK_BINS: u64 = 4;
 /// host's small-packet flows (ACKs, DNS) waited behind the bulk flows' queues for the
 /// difference. At least [`HOST_SLACK_BINS`] bins; at most the AQM's interval, the time it lets a
 /// standing queue last before it acts (a host of many slow flows would otherwise get seconds).
-/// The target stands whole here: with a packet's own frame, a flow keeps that much booked.
 /// Computed by the control plane with the host's levels; the data path only reads it.
 pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
     let floor = crate::aqm::standing_floor_ns(
@@ -122,7 +121,6 @@ pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
         config.ns_per_byte_fp,
     );
     floor
-        .max(config.aqm.base_target_ns)
         .min(config.aqm.interval_ns)
         .max(config.calendar_bin_ns * HOST_SLACK_BINS)
 }
