@@ -210,7 +210,8 @@ judge() {
 				if (min < 0 || r < min) min = r
 			}
 			jain = sum * sum / (hosts * sq)
-			# The mean of each weight group (Mbit/s): a host-fair shaper gives them the same.
+			# The mean of each weight group (Mbit/s): level under a host-fair shaper while every group
+			# offers more than an equal split.
 			groups = ""
 			for (k = 1; k <= nw; k++) { gs[k] = 0; gn[k] = 0 }
 			for (i = 1; i <= hosts; i++) { k = (i - 1) % nw + 1; gs[k] += (i in got) ? got[i] : 0; gn[k]++ }
