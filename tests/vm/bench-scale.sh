@@ -166,7 +166,25 @@ judge() {
 	awk -v hosts="$HOSTS" -v secs="$((SECS + 1 - WARMUP))" -v name="$1" -v rate="$RATE" \
 		-v offered="$offered" -v flooded="$flooded" -v weights="1.1,1.3,1.6,2.0" \
 		-v per_s="$(window_sum packets/s /tmp/flood-"$1"-*)" -v unflooded="${2:+/tmp/sink-$2}" '
+		# Host i (from 1) is in weight group group(i); received(i) is what it got (Mbit/s).
+		function group(i) { return (i - 1) % nw + 1 }
+		function received(i) { return (i in got) ? got[i] : 0 }
+		# The smallest ratio over the hosts of what a host received to what it is owed: what its
+		# group offered, at most cap. A host owed nothing is not judged: the emulated VM stalled
+		# and it offered nothing in the window (it did under CAKE in the flood phase). -1 for none.
+		function smallest_ratio(cap,    i, owed, r, least) {
+			least = -1
+			for (i = 1; i <= hosts; i++) {
+				owed = d[group(i)]
+				if (owed > cap) owed = cap
+				if (owed <= 0) continue
+				r = received(i) / owed
+				if (least < 0 || r < least) least = r
+			}
+			return least
+		}
 		BEGIN {
+			nw = split(weights, w, ",")
 			# What the hosts got together without the flood.
 			while (unflooded != "" && (getline line <unflooded) > 0) {
 				split(line, f, " ")
@@ -182,11 +200,10 @@ judge() {
 		}
 		$1 == "10.21.0.1" { flood = $3 * 8 / secs / 1e6; total += flood; next }
 		END {
-			nw = split(weights, w, ",")
-			for (i = 1; i <= hosts; i++) wsum += w[(i - 1) % nw + 1]
+			for (i = 1; i <= hosts; i++) wsum += w[group(i)]
 			# Demands in groups: one per weight, and the flooder.
 			for (k = 1; k <= nw; k++) { d[k] = offered * w[k] / wsum; c[k] = 0 }
-			for (i = 1; i <= hosts; i++) c[(i - 1) % nw + 1]++
+			for (i = 1; i <= hosts; i++) c[group(i)]++
 			g = nw
 			if (flooded > 0) { g++; d[g] = flooded; c[g] = 1 }
 			# Water-filling over the groups, smallest demand first.
@@ -199,35 +216,18 @@ judge() {
 				if (d[m] * count > left) { level = left / count; break }
 				left -= d[m] * c[m]; count -= c[m]; done[m] = 1
 			}
-			min = -1
-			for (i = 1; i <= hosts; i++) {
-				want = d[(i - 1) % nw + 1]
-				if (level >= 0 && want > level) want = level
-				# Nothing offered in the window: the emulated VM stalled (it did under CAKE in the
-				# flood phase), nothing to judge.
-				if (want <= 0) continue
-				r = ((i in got) ? got[i] : 0) / want
-				if (min < 0 || r < min) min = r
-			}
+			min = smallest_ratio(level >= 0 ? level : offered + rate)
 			jain = sum * sum / (hosts * sq)
 			# The mean of each weight group (Mbit/s): level under a host-fair shaper while every group
 			# offers more than an equal split.
+			for (i = 1; i <= hosts; i++) gs[group(i)] += received(i)
 			groups = ""
-			for (k = 1; k <= nw; k++) { gs[k] = 0; gn[k] = 0 }
-			for (i = 1; i <= hosts; i++) { k = (i - 1) % nw + 1; gs[k] += (i in got) ? got[i] : 0; gn[k]++ }
-			for (k = 1; k <= nw; k++) groups = groups (k > 1 ? "/" : "") sprintf("%.3f", gn[k] ? gs[k] / gn[k] : 0)
+			for (k = 1; k <= nw; k++) groups = groups (k > 1 ? "/" : "") sprintf("%.3f", c[k] ? gs[k] / c[k] : 0)
 			printf "RESULT %s hosts=%d received_mbit=%.1f jain_hosts=%.4f min_host_over_share=%.3f offered_mbit=%.1f flood_mbit=%.2f group_means=%s",
 				name, hosts, total, jain, min, offered, flood, groups
 			if (unflooded != "") {
-				kept = -1
-				for (i = 1; i <= hosts; i++) {
-					# Owed an equal split of it, or what it offered if that was less.
-					owed = before / (hosts + 1)
-					if (d[(i - 1) % nw + 1] < owed) owed = d[(i - 1) % nw + 1]
-					if (owed <= 0) continue
-					r = ((i in got) ? got[i] : 0) / owed
-					if (kept < 0 || r < kept) kept = r
-				}
+				# Owed an equal split of it, or what it offered if that was less.
+				kept = smallest_ratio(before / (hosts + 1))
 				printf " flood_per_s=%d min_host_over_unflooded=%.3f", per_s, kept
 			}
 			printf "\n"
