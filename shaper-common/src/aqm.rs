@@ -274,10 +274,20 @@ impl AqmState {
     }
 }
 
-/// The smallest queue that counts as standing for a flow paced at `flow_ns_per_byte_fp` on a
-/// link at `rate_ns_per_byte_fp`, for a packet of `frame_bytes` on the wire: the RTT's target,
-/// or two of the flow's frames at its own pace, or four at the link's, whichever is longest
-/// (CAKE's rule, with the flow's pace in place of the rate divided by the bulk flows).
+/// The smallest queue ahead of a packet that counts as standing for a flow paced at
+/// `flow_ns_per_byte_fp` on a link at `rate_ns_per_byte_fp`, for a packet of `frame_bytes` on
+/// the wire: the RTT's target less the packet's own frame at the flow's pace, or two of the
+/// flow's frames at its own pace, or four at the link's, whichever is longest (CAKE's rule, with
+/// the flow's pace in place of the rate divided by the bulk flows).
+///
+/// The target is CoDel's bound on the sojourn, the time to the packet's dequeue. The queue ahead
+/// (its flow's clock less now) is when the packet starts to leave: with n bulk flows CAKE
+/// dequeues it somewhere within its flow's turn of the round, up to one frame at the flow's pace
+/// later, and measures the sojourn there. Judged on the queue ahead against the whole target,
+/// TCP flows held by TCP Small Queues (two to four frames ahead when each new packet comes)
+/// dipped under it within every interval, were never signalled, and kept their frames 5-8 ms in
+/// the queue. Two frames ahead still never count: a flow whose own frames are long (a slow
+/// flow) is not signalled for the one it is sending and the one behind it.
 ///
 /// A frame is the packet's size, at most a full frame (a GSO packet is full frames). CAKE counts
 /// full frames whatever the flow sends; at 1 Mbit/s that lets a flow of 66-byte ACKs queue
@@ -293,9 +303,10 @@ pub fn standing_floor_ns(
     rate_ns_per_byte_fp: u64,
 ) -> u64 {
     let frame = branchless::min(frame_bytes, p.mtu_bytes as u64);
-    let at_flow = 2 * crate::edt::tx_time_ns(frame, flow_ns_per_byte_fp);
+    let own = crate::edt::tx_time_ns(frame, flow_ns_per_byte_fp);
     let at_rate = 4 * crate::edt::tx_time_ns(frame, rate_ns_per_byte_fp);
-    branchless::max(p.base_target_ns, branchless::max(at_flow, at_rate))
+    let target = p.base_target_ns - branchless::min(own, p.base_target_ns);
+    branchless::max(target, branchless::max(2 * own, at_rate))
 }
 
 /// Parses an RTT as CAKE does: a preset name or a duration.
@@ -541,10 +552,17 @@ mod tests {
     fn floor_is_two_frames_at_the_flows_pace() {
         let p = params();
         let rate = ns_per_byte_fp(100_000_000);
-        // A flow at 50 Mbit/s: two frames take 0.48 ms, the target wins.
+        // A flow at 50 Mbit/s: two frames take 0.48 ms, the target wins, less the packet's
+        // own frame (0.24 ms).
         assert_eq!(
             standing_floor_ns(&p, 1514, ns_per_byte_fp(50_000_000), rate),
-            5 * MS
+            5 * MS - 242_240
+        );
+        // One of 16 flows at 100 Mbit/s: its own frame takes 1.94 ms, so the target leaves
+        // 3.06 ms ahead of it, and two frames (3.88 ms) are still no standing queue.
+        assert_eq!(
+            standing_floor_ns(&p, 1514, ns_per_byte_fp(6_250_000), rate),
+            3_875_840
         );
         // A flow at 1 Mbit/s: two frames take 24.2 ms.
         assert_eq!(
@@ -570,8 +588,9 @@ mod tests {
             standing_floor_ns(&p, 66, ns_per_byte_fp(125_000), rate),
             8_448_000
         );
-        // The same ACKs at the whole link: the RTT's 5 ms target, not the raised one.
-        assert_eq!(standing_floor_ns(&p, 66, rate, rate), 5 * MS);
+        // The same ACKs at the whole link: the RTT's 5 ms target (not the raised one) less the
+        // ACK's own 0.53 ms.
+        assert_eq!(standing_floor_ns(&p, 66, rate, rate), 5 * MS - 528_000);
     }
 
     #[test]

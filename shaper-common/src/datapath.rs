@@ -112,6 +112,7 @@ pub const HOST_SLACK_BINS: u64 = 4;
 /// host's small-packet flows (ACKs, DNS) waited behind the bulk flows' queues for the
 /// difference. At least [`HOST_SLACK_BINS`] bins; at most the AQM's interval, the time it lets a
 /// standing queue last before it acts (a host of many slow flows would otherwise get seconds).
+/// The target stands whole here: with a packet's own frame, a flow keeps that much booked.
 /// Computed by the control plane with the host's levels; the data path only reads it.
 pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
     let floor = crate::aqm::standing_floor_ns(
@@ -121,6 +122,7 @@ pub fn host_slack_ns(config: &ShaperConfig, flow_ns_per_byte_fp: u64) -> u64 {
         config.ns_per_byte_fp,
     );
     floor
+        .max(config.aqm.base_target_ns)
         .min(config.aqm.interval_ns)
         .max(config.calendar_bin_ns * HOST_SLACK_BINS)
 }
@@ -218,6 +220,10 @@ pub struct FlowState {
     /// filter).
     pub last_depart_ns: u64,
     pub prev_depart_ns: u64,
+    /// Bytes the flow may still send without their waits behind other flows' bookings being
+    /// carried to its clock: a frame (`AqmParams::mtu_bytes`) less what it sent since it was
+    /// last found idle, zero once a packet beyond them queued (see `fair::schedule`).
+    pub sparse_credit_bytes: u64,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -529,7 +535,7 @@ pub mod program_slots {
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 120);
-    assert!(core::mem::size_of::<FlowState>() == 80);
+    assert!(core::mem::size_of::<FlowState>() == 88);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);

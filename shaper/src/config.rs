@@ -643,14 +643,23 @@ mod tests {
         assert_eq!(s.ingress.map(|i| i.rate_bps), Some(20_000_000));
     }
 
-    fn tempfile() -> (std::path::PathBuf, std::fs::File) {
+    /// A configuration file of the test's own, removed when the test ends.
+    struct TempFile(std::path::PathBuf, std::fs::File);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn tempfile() -> TempFile {
         let path = std::env::temp_dir().join(format!(
             "shaper-config-test-{}-{:?}.toml",
             std::process::id(),
             std::thread::current().id()
         ));
         let file = std::fs::File::create(&path).unwrap();
-        (path, file)
+        TempFile(path, file)
     }
 
     #[test]

@@ -197,6 +197,88 @@ fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
 }
 
 #[test]
+fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
+    // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
+    // each at its level): its first leaves at once; its second, right behind it, queues behind
+    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
+    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
+    // order), instead of queuing behind the bulk bookings anew. Once a frame's bytes are spent,
+    // a packet that queues takes its flow's clock to where it leaves.
+    const SMALL: usize = 400;
+    let rate = 1_000_000;
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::Flows as u32,
+        aqm: AqmParams {
+            target_ns: 5 * MS,
+            interval_ns: 1_000 * MS,
+            limit_ns: 1_000 * MS,
+            mtu_bytes: FRAME as u32,
+            flags: 0,
+            base_target_ns: 5 * MS,
+        },
+        ..config(rate, 10_000 * MS)
+    });
+    // Four bulk flows at the whole rate each (no control plane lowers their levels) overbook
+    // the calendar: what comes after them books behind their 80 frames.
+    for port in 40_010..40_014 {
+        let bulk = tcp4(port, 0);
+        for _ in 0..BURST {
+            h.run(&bulk, &SkbContext::default());
+        }
+    }
+    let small = packet::tcp4_ds(40_006, 0, SMALL);
+    let tx = tx_time_ns(SMALL as u64, ns_per_byte_fp(rate));
+    let clock = |h: &Harness| {
+        let flows = h.datapath.flows(64).expect("flows");
+        flows
+            .iter()
+            .find(|(k, _)| k.src_port == 40_006)
+            .expect("flow")
+            .1
+            .clock_ns
+    };
+    let start = monotonic_now_ns();
+    let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    assert!(first <= monotonic_now_ns(), "the first leaves at once");
+    assert!(
+        second > start + 100 * MS,
+        "the second queues behind the bulk bookings: {} ms",
+        (second - start) / MS
+    );
+    assert!(
+        clock(&h) <= start + 3 * tx,
+        "its wait is not carried to its flow's clock: {} ms ahead",
+        (clock(&h) - start) / MS
+    );
+    let sparse = h.view().stats.sparse;
+    sleep(Duration::from_nanos(
+        clock(&h).saturating_sub(monotonic_now_ns()) + tx,
+    ));
+    let third = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    assert_eq!(h.view().stats.sparse, sparse + 1, "idle again: sparse");
+    assert!(
+        third >= second && third < second + 10 * MS,
+        "it leaves behind its flow's queued packet, not behind the bulk anew: {} vs {} ms",
+        (third - start) / MS,
+        (second - start) / MS
+    );
+    // Found idle, it has a frame's bytes again: 400 of them spent, two more packets within
+    // them, then one that queues carries its wait.
+    let departs: Vec<u64> = (0..3)
+        .map(|_| h.run(&small, &SkbContext::default()).ctx.tstamp())
+        .collect();
+    assert!(
+        departs.windows(2).all(|w| w[0] <= w[1]),
+        "in order: {departs:?}"
+    );
+    assert!(
+        clock(&h) >= departs[2],
+        "the credit spent, its flow's clock is where it leaves"
+    );
+}
+
+#[test]
 fn scheduled_delay_is_histogrammed_per_frame() {
     let mut h = harness(1_000 * MS);
     let frame = tcp4(40_005, 0);
