@@ -257,13 +257,12 @@ pub fn schedule(
     // across the guard's branches keeps their paths apart.
     // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
-    // A sparse packet leaves now, or behind its flow's packets still booked ahead (its clock does
-    // not carry their waits while its credit lasts; a TCP flow's segments stay in order).
-    let guarded = branchless::select(
-        sparse_bit,
-        branchless::max(now, flow.last_depart_ns),
-        guarded,
-    );
+    // No packet leaves before its flow's last one: its clock does not carry the waits of the
+    // frame's bytes after an idle spell, so it may stand before packets still booked (a TCP
+    // flow's segments stay in order; reordered, they were retransmitted). A sparse packet
+    // leaves now or right behind them.
+    let last_depart = flow.last_depart_ns;
+    let guarded = branchless::max(branchless::select(sparse_bit, now, guarded), last_depart);
     let guarded = branchless::select(jumps, now, guarded);
     let depart = calendar::book(
         guarded,
@@ -272,8 +271,10 @@ pub fn schedule(
         config.calendar_bin_ns,
         ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
     );
-    if depart > want && (sparse_bit | credited) == 0 {
+    if depart > branchless::max(want, last_depart) && credited == 0 {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
+        // Not for leaving behind its own flow's packets: a ping that followed the one queued
+        // behind the bulk would take its flow's clock there after all.
         unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
     }
 
