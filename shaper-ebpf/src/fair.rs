@@ -257,10 +257,9 @@ pub fn schedule(
     // across the guard's branches keeps their paths apart.
     // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
-    // No packet leaves before its flow's last one: its clock does not carry the waits of the
-    // frame's bytes after an idle spell, so it may stand before packets still booked (a TCP
-    // flow's segments stay in order; reordered, they were retransmitted). A sparse packet
-    // leaves now or right behind them.
+    // No packet leaves before its flow's last one (a TCP flow's segments stay in order): its
+    // clock does not carry the waits of the frame's bytes after an idle spell, so it may stand
+    // before packets still booked. A sparse packet leaves now or right behind them.
     let last_depart = flow.last_depart_ns;
     let guarded = branchless::max(branchless::select(sparse_bit, now, guarded), last_depart);
     let guarded = branchless::select(jumps, now, guarded);
