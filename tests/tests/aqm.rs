@@ -8,7 +8,7 @@ use std::{thread::sleep, time::Duration};
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     aqm::{AqmParams, flags},
-    datapath::{DropReason, ShaperConfig},
+    datapath::{DropReason, FlowState, ShaperConfig},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
@@ -42,6 +42,17 @@ fn harness(limit_ns: u64) -> Harness {
         },
         ..config(RATE, 10_000 * MS)
     })
+}
+
+/// The state of the flow whose source port is `port` (the tests' flows differ by it).
+fn flow(h: &Harness, port: u16) -> FlowState {
+    h.datapath
+        .flows(64)
+        .expect("flows")
+        .into_iter()
+        .find(|(k, _)| k.src_port == port)
+        .expect("flow")
+        .1
 }
 
 /// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum.
@@ -120,11 +131,7 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     // the burst (the signal is not due again for a while).
     let next = h.run(&frame, &SkbContext::default());
     assert_eq!(next.verdict, PASS);
-    let flows = h.datapath.flows(16).expect("flows");
-    let (_, flow) = flows
-        .iter()
-        .find(|(k, _)| k.src_port == 40_001)
-        .expect("flow");
+    let flow = flow(&h, 40_001);
     assert_eq!(
         flow.packets,
         BURST as u64 + 1,
@@ -155,11 +162,7 @@ fn the_hard_limit_drops_and_raises_blue() {
         (BURST - passed) as u64,
         "and counted as an ECN-capable packet's"
     );
-    let flows = h.datapath.flows(16).expect("flows");
-    let (_, flow) = flows
-        .iter()
-        .find(|(k, _)| k.src_port == 40_002)
-        .expect("flow");
+    let flow = flow(&h, 40_002);
     assert!(flow.aqm.p_drop > 0, "BLUE was told");
 }
 
@@ -228,15 +231,7 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
     }
     let small = packet::tcp4_ds(40_006, 0, SMALL);
     let tx = tx_time_ns(SMALL as u64, ns_per_byte_fp(rate));
-    let clock = |h: &Harness| {
-        let flows = h.datapath.flows(64).expect("flows");
-        flows
-            .iter()
-            .find(|(k, _)| k.src_port == 40_006)
-            .expect("flow")
-            .1
-            .clock_ns
-    };
+    let clock = |h: &Harness| flow(h, 40_006).clock_ns;
     let start = monotonic_now_ns();
     let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
     let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
