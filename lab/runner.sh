@@ -1,10 +1,10 @@
 #!/bin/bash
 # The lab's in-VM runner (see docs/lab.md). `cargo xtask lab run` generates one plan per
-# (scenario, contender) and a manifest; this runs every plan for its repetitions, one after the
-# other in this boot, each in a fresh topology, and leaves raw results under $SHAPER_OUT/lab.
+# (scenario, contender) and a manifest of runs; this runs them one after the other in this boot,
+# in the manifest's order, each in a fresh topology, and leaves raw results under
+# $SHAPER_OUT/lab.
 #
-# Usage: runner.sh MANIFEST   (lines: PLAN SCENARIO CONTENDER REPETITIONS SECONDS [FIRST])
-# FIRST is the repetition to start from (1 unless a boot is resuming after a guest crash).
+# Usage: runner.sh MANIFEST   (lines: PLAN SCENARIO CONTENDER REPETITION SECONDS)
 # After each run the results so far go to the VM's results disk ($SHAPER_VM_SAVE), so a
 # guest crash costs the run it hit, not the ones before it.
 #
@@ -266,26 +266,22 @@ manifest=${1:?usage: runner.sh MANIFEST}
 mkdir -p "$OUT"
 uname -r >"$OUT/kernel"
 nproc >"$OUT/cpus"
-total=$(awk '{ n += $4 - ($6 ? $6 - 1 : 0) } END { print n }' "$manifest")
+total=$(grep -c . "$manifest")
 done_runs=0
 started=$(date +%s)
-while read -r plan scenario contender reps secs first; do
+while read -r plan scenario contender rep secs; do
 	[ -n "$plan" ] || continue
-	rep=${first:-1}
-	while [ "$rep" -le "$reps" ]; do
-		done_runs=$((done_runs + 1))
-		dir=$OUT/$scenario/$contender/$rep
-		mkdir -p "$dir"
-		echo "lab: [$done_runs/$total] $scenario / $contender / repetition $rep (${secs} s, $(($(date +%s) - started)) s elapsed)"
-		(cd "$dir" && . "$plan") >"$dir/log" 2>&1 </dev/null
-		rc=$?
-		cleanup
-		if [ ! -s "$dir/status" ]; then
-			printf 'failed\nthe plan stopped with status %s; see log\n' "$rc" >"$dir/status"
-		fi
-		echo "lab:   $(head -1 "$dir/status") $(sed -n 2p "$dir/status")"
-		[ -z "${SHAPER_VM_SAVE:-}" ] || "$SHAPER_VM_SAVE"
-		rep=$((rep + 1))
-	done
+	done_runs=$((done_runs + 1))
+	dir=$OUT/$scenario/$contender/$rep
+	mkdir -p "$dir"
+	echo "lab: [$done_runs/$total] $scenario / $contender / repetition $rep (${secs} s, $(($(date +%s) - started)) s elapsed)"
+	(cd "$dir" && . "$plan") >"$dir/log" 2>&1 </dev/null
+	rc=$?
+	cleanup
+	if [ ! -s "$dir/status" ]; then
+		printf 'failed\nthe plan stopped with status %s; see log\n' "$rc" >"$dir/status"
+	fi
+	echo "lab:   $(head -1 "$dir/status") $(sed -n 2p "$dir/status")"
+	[ -z "${SHAPER_VM_SAVE:-}" ] || "$SHAPER_VM_SAVE"
 done <"$manifest"
 echo "lab: $total runs in $(($(date +%s) - started)) s"

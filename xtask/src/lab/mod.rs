@@ -227,25 +227,24 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     let git_commit = git_commit(&root);
     let load_before = host_load();
     let sampler = hostload::start();
-    // Every (plan, first repetition) still to run; a guest crash ends a boot, and the next boot
-    // resumes after the run it hit.
-    let mut pending: Vec<(usize, u32)> = (0..work.len()).map(|i| (i, 1)).collect();
+    // Every run still to run, in the order the boot runs them; a guest crash ends a boot, and
+    // the next boot resumes after the run it hit.
+    let mut pending = run_order(&work);
     let mut crashes = 0;
     let outcome = loop {
         let mut manifest = String::new();
         let mut seconds = 0.0;
-        for &(i, first) in &pending {
+        for &(i, rep) in &pending {
             let (s, c) = work[i];
             manifest.push_str(&format!(
-                "{}/{} {} {} {} {} {first}\n",
+                "{}/{} {} {} {rep} {}\n",
                 crate::initramfs::RUN_DIR,
                 plan_name(i),
                 s.name,
                 c.name,
-                s.repetitions,
                 s.duration.ceil()
             ));
-            seconds += (s.duration + RUN_OVERHEAD_S) * (s.repetitions + 1 - first) as f64;
+            seconds += s.duration + RUN_OVERHEAD_S;
         }
         std::fs::write(&manifest_path, &manifest)?;
         // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
@@ -259,7 +258,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
                 }
                 eprintln!(
                     "lab: the VM's kernel crashed (crash {crashes} of at most \
-                     {MAX_GUEST_CRASHES}); booting again for the {} plan(s) left",
+                     {MAX_GUEST_CRASHES}); booting again for the {} run(s) left",
                     pending.len()
                 );
             }
@@ -284,11 +283,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
     let mut all = Vec::new();
     for (s, c) in &work {
         for rep in 1..=s.repetitions {
-            let dir = raw
-                .join("lab")
-                .join(&s.name)
-                .join(&c.name)
-                .join(rep.to_string());
+            let dir = run_dir(&raw, s, c, rep);
             let r = results::analyse(&results::Context {
                 scenario: s,
                 contender: c,
@@ -321,44 +316,63 @@ fn plan_name(i: usize) -> String {
     format!("plan-{i:03}.sh")
 }
 
+/// The runs of every (scenario, contender) in `work`, as (index into `work`, repetition): a
+/// scenario's contenders take turns, repetition by repetition, so that a slow stretch of the
+/// emulator (they come and go over minutes) falls on every contender alike rather than on
+/// whichever ran all its repetitions then.
+fn run_order(work: &[(&scenario::Scenario, &scenario::Contender)]) -> Vec<(usize, u32)> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < work.len() {
+        let s = work[start].0;
+        let end = start
+            + work[start..]
+                .iter()
+                .take_while(|(t, _)| t.name == s.name)
+                .count();
+        for rep in 1..=s.repetitions {
+            runs.extend((start..end).map(|i| (i, rep)));
+        }
+        start = end;
+    }
+    runs
+}
+
 /// After a guest crash: the first pending run without a status is the one the crash hit; it is
-/// recorded as failed, and what follows it is what the next boot runs.
+/// recorded as failed, and the runs after it are what the next boot runs.
 fn after_crash(
     raw: &Path,
     work: &[(&scenario::Scenario, &scenario::Contender)],
     pending: &[(usize, u32)],
 ) -> Result<Vec<(usize, u32)>> {
-    let runs = pending
-        .iter()
-        .flat_map(|&(i, first)| (first..=work[i].0.repetitions).map(move |rep| (i, rep)));
-    let mut left = Vec::new();
-    let mut hit = false;
-    for (i, rep) in runs {
+    let Some(hit) = pending.iter().position(|&(i, rep)| {
         let (s, c) = work[i];
-        let dir = raw
-            .join("lab")
-            .join(&s.name)
-            .join(&c.name)
-            .join(rep.to_string());
-        if hit {
-            if left.last().is_none_or(|&(j, _)| j != i) {
-                left.push((i, rep));
-            }
-        } else if !dir.join("status").is_file() {
-            hit = true;
-            std::fs::create_dir_all(&dir)?;
-            std::fs::write(
-                dir.join("status"),
-                "failed\nthe VM's kernel crashed during this run (see the console); the lab \
-                 booted again for the runs after it\n",
-            )?;
-            eprintln!(
-                "lab: {} / {} / repetition {rep}: the VM's kernel crashed",
-                s.name, c.name
-            );
-        }
-    }
-    Ok(left)
+        !run_dir(raw, s, c, rep).join("status").is_file()
+    }) else {
+        return Ok(Vec::new());
+    };
+    let (i, rep) = pending[hit];
+    let (s, c) = work[i];
+    let dir = run_dir(raw, s, c, rep);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("status"),
+        "failed\nthe VM's kernel crashed during this run (see the console); the lab booted \
+         again for the runs after it\n",
+    )?;
+    eprintln!(
+        "lab: {} / {} / repetition {rep}: the VM's kernel crashed",
+        s.name, c.name
+    );
+    Ok(pending[hit + 1..].to_vec())
+}
+
+/// Where the VM leaves one run's raw results.
+fn run_dir(raw: &Path, s: &scenario::Scenario, c: &scenario::Contender, rep: u32) -> PathBuf {
+    raw.join("lab")
+        .join(&s.name)
+        .join(&c.name)
+        .join(rep.to_string())
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
@@ -424,4 +438,43 @@ pub fn load_results(dir: &Path) -> Result<Vec<RunResult>> {
     }
     out.sort_by_key(|r: &RunResult| r.run_index);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_take_turns_repetition_by_repetition() {
+        let dir = crate::workspace_root().join("lab/scenarios");
+        let mut a = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
+        let mut b = scenario::load(&dir.join("low-rate-tso.toml")).unwrap();
+        a.repetitions = 2;
+        b.repetitions = 3;
+        let work: Vec<_> = [(&a, 0), (&a, 1), (&b, 0)]
+            .into_iter()
+            .map(|(s, c)| (s, &s.contenders[c]))
+            .collect();
+        assert_eq!(
+            run_order(&work),
+            [(0, 1), (1, 1), (0, 2), (1, 2), (2, 1), (2, 2), (2, 3)]
+        );
+    }
+
+    #[test]
+    fn a_crash_fails_the_run_it_hit_and_the_next_boot_runs_the_rest() {
+        let dir = crate::workspace_root().join("lab/scenarios");
+        let s = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
+        let work = vec![(&s, &s.contenders[0]), (&s, &s.contenders[1])];
+        let raw = std::env::temp_dir().join(format!("shaper-after-crash-{}", std::process::id()));
+        let done = run_dir(&raw, &s, &s.contenders[0], 1);
+        std::fs::create_dir_all(&done).unwrap();
+        std::fs::write(done.join("status"), "ok\n").unwrap();
+        let pending = [(0, 1), (1, 1), (0, 2), (1, 2)];
+        let left = after_crash(&raw, &work, &pending).unwrap();
+        let hit = std::fs::read_to_string(run_dir(&raw, &s, &s.contenders[1], 1).join("status"));
+        std::fs::remove_dir_all(&raw).unwrap();
+        assert_eq!(left, [(0, 2), (1, 2)]);
+        assert!(hit.unwrap().starts_with("failed\n"));
+    }
 }
