@@ -380,6 +380,10 @@ pub struct DatapathStats {
     /// bins they may span (the lent debt), and a packet's when the bin after its span changed
     /// under it.
     pub calendar_unplaced_ns: u64,
+    /// Priority packets (a sparse flow's, a host's going ahead, a prioritised tin's) the
+    /// calendar did not lend to because its debt stood at what it lends: they booked behind
+    /// the others' packets, and a sparse flow's waited.
+    pub calendar_refused: u64,
     /// Latest departure stamped on this CPU (the scheduled queue: this minus now).
     pub latest_depart_ns: u64,
     /// Packets CE-marked by the AQM.
@@ -467,6 +471,7 @@ impl DatapathStats {
         self.clock_contended += other.clock_contended;
         self.calendar_delayed += other.calendar_delayed;
         self.calendar_unplaced_ns += other.calendar_unplaced_ns;
+        self.calendar_refused += other.calendar_refused;
         self.latest_depart_ns = self.latest_depart_ns.max(other.latest_depart_ns);
         self.ecn_marked += other.ecn_marked;
         self.sparse += other.sparse;
@@ -541,7 +546,7 @@ const _: () = {
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (14
+            == 8 * (15
                 + DropReason::COUNT
                 + PassReason::COUNT
                 + DELAY_BUCKETS

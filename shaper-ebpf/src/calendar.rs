@@ -107,6 +107,7 @@ pub extern "C" fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, flags
         stats.clock_contended += booked.contended as u64;
         stats.calendar_delayed += booked.delayed as u64;
         stats.calendar_unplaced_ns += booked.unplaced_ns;
+        stats.calendar_refused += booked.refused as u64;
     }
     booked.depart_ns
 }
@@ -120,6 +121,8 @@ struct Booked {
     /// a packet's when the bins changed under it); counted.
     unplaced_ns: u64,
     contended: bool,
+    /// A priority packet the calendar did not lend to.
+    refused: bool,
 }
 
 #[inline(always)]
@@ -136,6 +139,7 @@ fn scan(
         delayed: false,
         unplaced_ns: 0,
         contended: false,
+        refused: false,
     };
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
@@ -159,6 +163,7 @@ fn scan(
     // for the phases of flows their levels pace, and nothing paces these. With it, a load of
     // nothing but such packets filled every bin to its capacity, 6 % over the rate.
     let capacity = capacity - (bin_ns >> SLACK_SHIFT) * (priority as u64 & (lent_to ^ 1));
+    out.refused = priority && lent_to == 0;
     let priority = lent_to != 0;
     let frontier = CALENDAR.get_ptr_mut(FRONTIER_SLOT);
     let now_bin = now_ns / bin_ns;

@@ -35,6 +35,9 @@ pub struct Report {
     pub clock_contended: u64,
     /// Packets the calendar held past their flow's time (levels were overbooked).
     pub calendar_delayed: u64,
+    /// Priority packets (sparse flows', hosts' going ahead, prioritised tins') that booked
+    /// behind the others because the calendar's lending was used up.
+    pub calendar_refused: u64,
     /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
     /// Packets the AQM CE-marked.
@@ -126,6 +129,7 @@ impl Report {
                 .collect(),
             clock_contended: view.stats.clock_contended,
             calendar_delayed: view.stats.calendar_delayed,
+            calendar_refused: view.stats.calendar_refused,
             backlog_ns: view.backlog_ns,
             ecn_marked: view.stats.ecn_marked,
             sparse: view.stats.sparse,
@@ -179,7 +183,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -218,6 +222,7 @@ impl Report {
             list(&self.passed_unshaped),
             self.clock_contended,
             self.calendar_delayed,
+            self.calendar_refused,
             match &self.ingress_ifb {
                 Some(ifb) => format!(
                     "  ingress: shaped on {ifb} (shaper stats --iface {} --ingress)\n",

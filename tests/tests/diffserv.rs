@@ -176,6 +176,11 @@ fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
         }
     }
     assert!(refused >= 10, "{refused} of 20 sparse packets waited");
+    assert_eq!(
+        h.view().stats.calendar_refused,
+        refused,
+        "shaper stats counts the packets the calendar would not lend to"
+    );
     let voice = tcp4(100, dscp::EF << 2);
     let v1 = h.run(&voice, &SkbContext::default()).ctx.tstamp();
     let v2 = h.run(&voice, &SkbContext::default()).ctx.tstamp();
