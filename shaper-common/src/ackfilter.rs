@@ -111,9 +111,8 @@ pub struct AckState {
     pub stale_until_ns: u64,
 }
 
-/// How many of a flow's packets are still ahead of `now` on the link, from when its two most
-/// recent packets go on it (the flow's state keeps them: their departures, or for a packet the
-/// calendar lent a departure, where it booked its wire time): 0, 1 or 2 (two or more).
+/// How many of a flow's packets are still scheduled ahead of `now`, from the departures of
+/// its two most recent packets (the flow's state keeps them): 0, 1 or 2 (two or more).
 pub const fn scheduled_ahead(last_depart_ns: u64, prev_depart_ns: u64, now_ns: u64) -> u32 {
     (last_depart_ns > now_ns) as u32 + (prev_depart_ns > now_ns) as u32
 }

@@ -216,14 +216,10 @@ pub struct FlowState {
     pub epoch: u64,
     /// COBALT's state for this flow's queue.
     pub aqm: AqmState,
-    /// Departure of its most recent packet: no later packet of the flow leaves before it.
+    /// Departures of its two most recent packets (how many are still scheduled, for the ACK
+    /// filter).
     pub last_depart_ns: u64,
-    /// When its two most recent packets go on the link (last, previous): their departures, or
-    /// for a packet the calendar lent to (it left at once, ahead of what the link still
-    /// carries), where the calendar booked its wire time. For the ACK filter: how many of them
-    /// the sender has still to hear.
-    pub last_on_wire_ns: u64,
-    pub prev_on_wire_ns: u64,
+    pub prev_depart_ns: u64,
     /// Bytes the flow may still send without their waits behind other flows' bookings being
     /// carried to its clock: a frame (`AqmParams::mtu_bytes`) less what it sent since it was
     /// last found idle, zero once a packet beyond them queued (see `fair::schedule`).
@@ -544,7 +540,7 @@ pub mod program_slots {
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 120);
-    assert!(core::mem::size_of::<FlowState>() == 96);
+    assert!(core::mem::size_of::<FlowState>() == 88);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);

@@ -64,11 +64,6 @@ const SLACK_SHIFT: u32 = 4;
 pub const PRIORITY: u64 = 1;
 pub const TIN_FIRST: u64 = 2;
 
-/// Set in what `book` returns for a packet it lent to: the rest is then not its departure
-/// (it leaves when it wanted) but when the link carries it, where its wire time was booked.
-/// Times are nanoseconds since boot, far below this bit.
-pub const LENT: u64 = 1 << 63;
-
 /// Books `tx_ns` of wire time at or after `want_ns` (≥ `now_ns`). Packets wanted beyond the
 /// ring's span are not booked: the flow clocks that put them there already pace them.
 ///
@@ -90,8 +85,7 @@ pub const LENT: u64 = 1 << 63;
 /// bounds it, and an EF flow must not wait behind bulk bookings because sparse packets ran
 /// the debt up.
 ///
-/// Returns the departure, or for a packet it lent to [`LENT`] and when the link carries it;
-/// its counters go to the stats directly. It is a global function,
+/// Returns the departure; its counters go to the stats directly. It is a global function,
 /// which the verifier checks once on its own: its callers see only the value it returns.
 /// Inlined, every outcome of the bins' scan was a path through the rest of the scheduler, and
 /// giving packets that find their span full a place behind the next bin (one more bin to scan)
@@ -115,11 +109,7 @@ pub extern "C" fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, flags
         stats.calendar_unplaced_ns += booked.unplaced_ns;
         stats.calendar_refused += booked.refused as u64;
     }
-    branchless::select(
-        booked.lent as u64,
-        LENT | booked.on_wire_ns,
-        booked.depart_ns,
-    )
+    booked.depart_ns
 }
 
 struct Booked {
@@ -133,10 +123,6 @@ struct Booked {
     contended: bool,
     /// A priority packet the calendar did not lend to.
     refused: bool,
-    /// A priority packet it lent to, and where its wire time was booked: the link carries what
-    /// was booked before it first.
-    lent: bool,
-    on_wire_ns: u64,
 }
 
 #[inline(always)]
@@ -154,8 +140,6 @@ fn scan(
         unplaced_ns: 0,
         contended: false,
         refused: false,
-        lent: false,
-        on_wire_ns: want_ns,
     };
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
@@ -261,7 +245,6 @@ fn scan(
         if !placed {
             placed = true;
             placed_at = index - 1 + (used + take >= capacity) as u64;
-            out.on_wire_ns = branchless::max(want_ns, bin_start + used);
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
             // bounds the aggregate without ordering flows inside it. A packet pushed into a
             // later bin queues behind what that bin already carries.
@@ -281,11 +264,6 @@ fn scan(
     {
         // Racing CPUs may move it back a bin, which the next packet that scans it fills.
         unsafe { core::ptr::write_volatile(f, placed_at) };
-    }
-    out.lent = priority;
-    if !placed && priority {
-        // All of it owed: the link carries it after every bin it could have taken time from.
-        out.on_wire_ns = index * bin_ns;
     }
     if !placed && !priority {
         // Even the bin after the span changed under us (a lost race): leave after it.

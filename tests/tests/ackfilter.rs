@@ -3,15 +3,13 @@
 //! (data beyond them seen at ingress, enough of the flow's ACKs scheduled) and calls the egress
 //! program back for the others. Every eligibility rule, IPv4 and IPv6.
 
-use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     ackfilter::{AckFilter, KeepReason, tcp_flags::*},
     datapath::ShaperConfig,
-    isolation::Isolation,
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,
-    packet::{ETH_P_IP, ETH_P_IPV6, Frame, TCP, UDP, ipv4, ipv6, udp_datagram},
+    packet::{ETH_P_IP, ETH_P_IPV6, Frame, TCP, ipv4, ipv6},
     skb::SkbContext,
 };
 
@@ -225,40 +223,6 @@ fn aggressive_needs_only_one_scheduled() {
         send(&mut h, &Seg::ack(30_001)),
         DROP,
         "one scheduled ahead is enough"
-    );
-}
-
-#[test]
-fn an_ack_lent_a_departure_counts_as_ahead_while_the_link_carries_what_was_booked_before_it() {
-    // A full frame of another flow (121 ms at 100 kbit/s) takes the link first. The flow's
-    // first ACK, found idle, is lent its departure and leaves at once, but the link carries it
-    // only after that frame: the sender has still to hear it, so in aggressive mode the next
-    // ACK is covered by it and by the ACK that 100001 brings. (Counted by its departure, the
-    // first ACK had left, and the second was kept: the uplink then carried an ACK per ACK the
-    // receiver sent while CAKE's queue held one, replaced by each newer.)
-    let mut h = Harness::new(ShaperConfig {
-        ack_filter: AckFilter::Aggressive as u32,
-        isolation: Isolation::Flows as u32,
-        ..config(RATE, 10 * SECOND)
-    });
-    h.run_ingress(&Seg::data(1, 1000).frame(false));
-    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
-    let bulk = Frame::ether_type(ETH_P_IP)
-        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
-        .build();
-    assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
-    let before = monotonic_now_ns();
-    let first = h.run(&Seg::ack(10_001).frame(true), &SkbContext::default());
-    assert_eq!(first.verdict, PASS);
-    assert!(
-        first.ctx.tstamp() < before + SECOND / 1000,
-        "the first ACK leaves at once: {} ms",
-        (first.ctx.tstamp() as i64 - before as i64) / 1_000_000
-    );
-    assert_eq!(
-        send(&mut h, &Seg::ack(20_001)),
-        DROP,
-        "the first is still ahead on the link"
     );
 }
 
