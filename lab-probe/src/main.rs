@@ -29,6 +29,7 @@ mod client;
 mod server;
 mod sink;
 mod sizes;
+mod tcpinfo;
 mod transfers;
 mod wire;
 

@@ -5,12 +5,15 @@
 
 use std::{
     io::{self, BufRead, BufReader, Read, Write},
-    net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket},
     thread,
     time::Duration,
 };
 
-use crate::wire::{DONE, MAX_LINE, Transfer};
+use crate::{
+    tcpinfo::report_rtos,
+    wire::{DONE, MAX_LINE, Transfer},
+};
 
 /// How long a transfer's connection may sit silent before the server gives up on it, so a
 /// client that vanished does not keep a thread forever.
@@ -104,9 +107,12 @@ fn transfer(s: TcpStream) -> io::Result<()> {
                 s.write_all(&buf[..k])?;
                 left -= k as u64;
             }
-            // Closing (on drop) sends the FIN after the data: the client reads to the last
-            // byte, not to the FIN.
-            Ok(())
+            // The FIN follows the data: the client reads to the last byte, not to the FIN, and
+            // then closes. Its FIN acknowledges everything, so no timeout of this transfer is
+            // still to come when it arrives.
+            s.shutdown(Shutdown::Write)?;
+            io::copy(&mut s, &mut io::sink())?;
+            report_rtos(&s)
         }
         Transfer::Upload(n) => {
             // The reader may already hold the first bytes after the line.

@@ -28,6 +28,7 @@ use std::{
 
 use crate::{
     sizes::Sizes,
+    tcpinfo::report_rtos,
     wire::{DONE, Transfer},
 };
 
@@ -243,6 +244,9 @@ fn transfer(server: SocketAddr, t: Transfer, deadline: Instant, buf: &mut [u8]) 
                     "the server's confirmation was not the expected byte",
                 ));
             }
+            // This side sent the data: its timeouts are the transfer's (the server reports a
+            // download's the same way).
+            report_rtos(&s)?;
         }
     }
     Ok(())

@@ -52,12 +52,25 @@ fn node_addr(side: u8, i: usize, family: Family) -> String {
     }
 }
 
-fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
+pub fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
     node_addr(
         1,
         s.servers.iter().position(|n| n == name).unwrap_or(0) + 1,
         family,
     )
+}
+
+pub fn host_addr(s: &Scenario, name: &str, family: Family) -> String {
+    node_addr(
+        2,
+        s.hosts.iter().position(|n| n == name).unwrap_or(0) + 1,
+        family,
+    )
+}
+
+/// The log of the lab-probe server in a server's namespace (the runner's `lab_probe_server`).
+pub fn probe_server_log(server: &str) -> String {
+    format!("probe-server-{}.log", server_ns(server))
 }
 
 fn family_flag(family: Family) -> &'static str {

@@ -315,7 +315,14 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
     r.transfers = s
         .transfers
         .iter()
-        .map(|t| transfers::analyse(dir, t, zero))
+        .map(|t| {
+            let addrs = (
+                plan::host_addr(s, &t.host, t.family),
+                plan::server_addr(s, &t.server, t.family),
+            );
+            let log = plan::probe_server_log(&t.server);
+            transfers::analyse(dir, t, zero, &log, (&addrs.0, &addrs.1))
+        })
         .collect();
     r.queues = queues::analyse(dir, &plan::places(s, c.contender), zero, |t| {
         classify(t, &r.flows, s.warmup, s.duration) == Some(true)
@@ -674,6 +681,16 @@ fn probe_latency(
         lost,
         sent,
         samples: all,
+    }
+}
+
+impl RunResult {
+    /// The round-trip times of the pings sent under load (`classify`), as `ping_loaded`
+    /// summarises them.
+    pub fn loaded_pings(&self) -> impl Iterator<Item = f64> + '_ {
+        self.latency.ping_samples.iter().filter_map(|&(t, rtt)| {
+            (classify(t, &self.flows, self.warmup_s, self.duration_s) == Some(true)).then_some(rtt)
+        })
     }
 }
 

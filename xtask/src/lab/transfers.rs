@@ -51,6 +51,11 @@ pub struct TransfersResult {
     /// sends their data (the server's for downloads, the host's for uploads). The namespace's
     /// every connection counts, so a bulk flow from the same side adds its own.
     pub rtos: Option<u64>,
+    /// The transfers' own retransmission timeouts: the sum over their connections of what the
+    /// sending side's kernel counted for each (`tcpi_total_rto`, Linux 6.7 and later, as
+    /// lab-probe reports it). None where the kernel does not count them per connection.
+    #[serde(default)]
+    pub own_rtos: Option<u64>,
     /// The growth of `COUNTERS` in each side's namespace ("host", "server") while the
     /// transfers ran; a side is missing when its snapshots are.
     pub counters: BTreeMap<String, BTreeMap<String, u64>>,
@@ -105,9 +110,37 @@ fn parse_line(l: &str) -> Option<Line> {
     })
 }
 
-/// The raw files of one transfers probe: `<id>.transfers` (lab-probe's output) and
-/// `<id>.{host,server}-{before,after}.nstat`.
-pub fn analyse(dir: &Path, t: &Transfers, zero: f64) -> TransfersResult {
+/// `lab-probe: transfer to PEER: N rto`, what lab-probe reports of a finished transfer's
+/// connection: (PEER, N).
+fn rto_line(l: &str) -> Option<(&str, u64)> {
+    let (peer, n) = l
+        .strip_prefix("lab-probe: transfer to ")?
+        .strip_suffix(" rto")?
+        .rsplit_once(": ")?;
+    Some((peer, n.parse().ok()?))
+}
+
+/// The timeouts of the transfers `text` reports to `peer`; None when it reports none (the
+/// kernel does not count them per connection, or nothing finished).
+fn own_rtos(text: &str, peer: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(rto_line)
+        .filter(|(p, _)| *p == peer)
+        .map(|(_, n)| n)
+        .reduce(|a, b| a + b)
+}
+
+/// The raw files of one transfers probe: `<id>.transfers` (lab-probe's output),
+/// `<id>.{host,server}-{before,after}.nstat`, and the server's log (`server_log`), where
+/// lab-probe's server reports each download's timeouts; `addrs` are the host's and the server's
+/// addresses (host, server), as each side sees the other.
+pub fn analyse(
+    dir: &Path,
+    t: &Transfers,
+    zero: f64,
+    server_log: &str,
+    addrs: (&str, &str),
+) -> TransfersResult {
     let text = read(dir, &format!("{}.transfers", t.id));
     let mut r = TransfersResult {
         id: t.id.clone(),
@@ -126,6 +159,7 @@ pub fn analyse(dir: &Path, t: &Transfers, zero: f64) -> TransfersResult {
         unfinished: 0,
         completion_ms: Summary::default(),
         rtos: None,
+        own_rtos: None,
         counters: BTreeMap::new(),
         failures: Vec::new(),
         samples: Vec::new(),
@@ -134,7 +168,9 @@ pub fn analyse(dir: &Path, t: &Transfers, zero: f64) -> TransfersResult {
     let text = text.unwrap_or_default();
     let mut times = Vec::new();
     for l in text.lines() {
-        if let Some(e) = l.strip_prefix("lab-probe: ") {
+        if let Some(e) = l.strip_prefix("lab-probe: ")
+            && rto_line(l).is_none()
+        {
             r.error.get_or_insert_with(|| e.to_string());
         }
         let Some(line) = parse_line(l) else {
@@ -182,6 +218,11 @@ pub fn analyse(dir: &Path, t: &Transfers, zero: f64) -> TransfersResult {
         FlowDirection::Upload => "host",
     };
     r.rtos = r.counters.get(sender).and_then(|c| c.get(RTO)).copied();
+    // The sending side reports: the server a download's, lab-probe transfers an upload's.
+    r.own_rtos = match t.direction {
+        FlowDirection::Download => own_rtos(&read(dir, server_log).unwrap_or_default(), addrs.0),
+        FlowDirection::Upload => own_rtos(&text, addrs.1),
+    };
     r
 }
 
@@ -195,6 +236,8 @@ pub struct Pooled {
     pub completion_ms: Summary,
     /// None when a probe's counters are missing.
     pub rtos: Option<u64>,
+    /// None when a probe's kernel did not count them.
+    pub own_rtos: Option<u64>,
 }
 
 pub fn pooled(list: &[TransfersResult]) -> Option<Pooled> {
@@ -212,12 +255,43 @@ pub fn pooled(list: &[TransfersResult]) -> Option<Pooled> {
         unfinished: list.iter().map(|t| t.unfinished).sum(),
         completion_ms: stats::summary(&times),
         rtos: list.iter().map(|t| t.rtos).sum(),
+        own_rtos: list.iter().map(|t| t.own_rtos).sum(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_uploads_timeouts_come_with_its_lines_and_are_no_error() {
+        let dir = std::env::temp_dir().join(format!("lab-transfers-up-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("a.1.transfers"),
+            "[101.0] transfer 0: 12 bytes in 10.0 ms\n\
+             lab-probe: transfer to 10.1.1.2: 1 rto\n\
+             [102.0] transfer 1: 12 bytes in 10.0 ms\n\
+             lab-probe: transfer to 10.1.1.2: 0 rto\n\
+             \n--- 10.1.1.2 transfers statistics ---\n",
+        )
+        .unwrap();
+        let up = analyse(
+            &dir,
+            &transfers(FlowDirection::Upload),
+            100.0,
+            "probe-server-s-server.log",
+            ("10.2.1.2", "10.1.1.2"),
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((up.completed, up.own_rtos), (2, Some(1)));
+        assert_eq!(up.error, None);
+        assert_eq!(
+            rto_line("lab-probe: transfer to fd01:1::2: 3 rto"),
+            Some(("fd01:1::2", 3))
+        );
+        assert_eq!(rto_line("lab-probe: transfer: broken pipe"), None);
+    }
 
     #[test]
     fn lines() {
@@ -294,17 +368,29 @@ mod tests {
                 "#kernel\nTcpExtTCPTimeouts 4\nTcpRetransSegs 9\nTcpExtTCPLossProbes 2\nTcpExtTCPSynRetrans 0\n",
             ),
             ("a.1.host-before.nstat", "#kernel\nTcpExtTCPTimeouts 0\n"),
+            // The server's reports: two of this host's downloads, one of another host's.
+            (
+                "probe-server-s-server.log",
+                "lab-probe: echoing UDP and TCP on port 5201\n\
+                 lab-probe: transfer to 10.2.1.2: 0 rto\n\
+                 lab-probe: transfer to 10.2.2.2: 5 rto\n\
+                 lab-probe: transfer to 10.2.1.2: 2 rto\n",
+            ),
             ("a.1.host-after.nstat", "#kernel\nTcpExtTCPTimeouts 1\n"),
         ];
         for (name, body) in files {
             std::fs::write(dir.join(name), body).unwrap();
         }
-        let r = analyse(&dir, &transfers(FlowDirection::Download), 100.0);
-        let up = analyse(&dir, &transfers(FlowDirection::Upload), 100.0);
+        let addrs = ("10.2.1.2", "10.1.1.2");
+        let log = "probe-server-s-server.log";
+        let r = analyse(&dir, &transfers(FlowDirection::Download), 100.0, log, addrs);
+        let up = analyse(&dir, &transfers(FlowDirection::Upload), 100.0, log, addrs);
         let missing = analyse(
             &dir.join("nothing"),
             &transfers(FlowDirection::Download),
             0.0,
+            log,
+            addrs,
         );
         std::fs::remove_dir_all(&dir).unwrap();
 
@@ -319,12 +405,16 @@ mod tests {
             vec!["transfer 1 (20 bytes) after 500 ms: timed out"]
         );
         assert_eq!(r.error, None);
-        // Downloads: the server sends, and its namespace's RTOs count.
+        // Downloads: the server sends, and its namespace's RTOs count; its own reports say
+        // which were the transfers'.
         assert_eq!(r.rtos, Some(3));
+        assert_eq!(r.own_rtos, Some(2));
         assert_eq!(r.counters["server"]["TcpRetransSegs"], 4);
         // Uploads: the host sends. Its snapshots lack some counters: those are left out.
         assert_eq!(up.rtos, Some(1));
         assert_eq!(up.counters["host"].len(), 1);
+        // lab-probe transfers reported none of its uploads (a kernel that does not count them).
+        assert_eq!(up.own_rtos, None);
         assert_eq!(
             missing.error.as_deref(),
             Some("no output from lab-probe transfers")
@@ -335,6 +425,7 @@ mod tests {
         assert_eq!((p.count, p.completed, p.failed, p.unfinished), (8, 4, 2, 2));
         assert_eq!(p.completion_ms.count, 4);
         assert_eq!(p.rtos, Some(4));
+        assert_eq!(p.own_rtos, None);
         assert_eq!(pooled(&[missing]).unwrap().rtos, None);
         assert_eq!(pooled(&[]), None);
     }
