@@ -52,20 +52,18 @@ fn node_addr(side: u8, i: usize, family: Family) -> String {
     }
 }
 
+/// The address of the node `name` among a side's `names`, in the order the topology links them.
+fn named_addr(side: u8, names: &[String], name: &str, family: Family) -> String {
+    let i = names.iter().position(|n| n == name).unwrap_or(0) + 1;
+    node_addr(side, i, family)
+}
+
 pub fn server_addr(s: &Scenario, name: &str, family: Family) -> String {
-    node_addr(
-        1,
-        s.servers.iter().position(|n| n == name).unwrap_or(0) + 1,
-        family,
-    )
+    named_addr(1, &s.servers, name, family)
 }
 
 pub fn host_addr(s: &Scenario, name: &str, family: Family) -> String {
-    node_addr(
-        2,
-        s.hosts.iter().position(|n| n == name).unwrap_or(0) + 1,
-        family,
-    )
+    named_addr(2, &s.hosts, name, family)
 }
 
 /// The log of the lab-probe server in a server's namespace (the runner's `lab_probe_server`).

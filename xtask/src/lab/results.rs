@@ -316,12 +316,10 @@ pub fn analyse(c: &Context) -> Result<RunResult> {
         .transfers
         .iter()
         .map(|t| {
-            let addrs = (
-                plan::host_addr(s, &t.host, t.family),
-                plan::server_addr(s, &t.server, t.family),
-            );
+            let host = plan::host_addr(s, &t.host, t.family);
+            let server = plan::server_addr(s, &t.server, t.family);
             let log = plan::probe_server_log(&t.server);
-            transfers::analyse(dir, t, zero, &log, (&addrs.0, &addrs.1))
+            transfers::analyse(dir, t, zero, &log, (&host, &server))
         })
         .collect();
     r.queues = queues::analyse(dir, &plan::places(s, c.contender), zero, |t| {
