@@ -88,6 +88,7 @@ fn tcp_echo(mut s: TcpStream) -> io::Result<()> {
 
 /// One transfer: its request line, then the bytes asked for, either way.
 fn transfer(s: TcpStream) -> io::Result<()> {
+    let peer = s.peer_addr()?.ip();
     // The last segment leaves with the rest instead of waiting for an ACK (Nagle), as a web
     // server's would.
     s.set_nodelay(true)?;
@@ -112,7 +113,7 @@ fn transfer(s: TcpStream) -> io::Result<()> {
             // still to come when it arrives.
             s.shutdown(Shutdown::Write)?;
             io::copy(&mut s, &mut io::sink())?;
-            report_rtos(&s)
+            report_rtos(&s, peer)
         }
         Transfer::Upload(n) => {
             // The reader may already hold the first bytes after the line.

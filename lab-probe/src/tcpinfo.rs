@@ -2,7 +2,11 @@
 //! the transfers' own, where the namespace's counters mix in every other connection of the same
 //! side (a bulk flow's timeouts read as the transfers').
 
-use std::{io, net::TcpStream, os::fd::AsRawFd};
+use std::{
+    io,
+    net::{IpAddr, TcpStream},
+    os::fd::AsRawFd,
+};
 
 /// `struct tcp_info` (include/uapi/linux/tcp.h) up to `tcpi_total_rto_time`, which Linux 6.7
 /// added. Only its layout matters here: the kernel copies what it has and says how much.
@@ -55,14 +59,12 @@ pub fn total_rtos(s: &TcpStream) -> io::Result<Option<u64>> {
     Ok((len as usize >= has).then_some(info.total_rto as u64))
 }
 
-/// The timeouts the sending side of a finished transfer took, for the lab, where the kernel
-/// counts them: `lab-probe: transfer to PEER: N rto` on stderr.
-pub fn report_rtos(s: &TcpStream) -> io::Result<()> {
+/// The timeouts the sending side of a finished transfer to `peer` took, for the lab, where the
+/// kernel counts them: `lab-probe: transfer to PEER: N rto` on stderr. The caller names the peer
+/// (a socket whose peer has since reset it no longer knows it: the transfer has still completed).
+pub fn report_rtos(s: &TcpStream, peer: IpAddr) -> io::Result<()> {
     if let Some(n) = total_rtos(s)? {
-        eprintln!(
-            "lab-probe: transfer to {}: {n} rto",
-            s.peer_addr()?.ip().to_canonical()
-        );
+        eprintln!("lab-probe: transfer to {}: {n} rto", peer.to_canonical());
     }
     Ok(())
 }

@@ -246,7 +246,7 @@ fn transfer(server: SocketAddr, t: Transfer, deadline: Instant, buf: &mut [u8]) 
             }
             // This side sent the data: its timeouts are the transfer's (the server reports a
             // download's the same way).
-            report_rtos(&s)?;
+            report_rtos(&s, server.ip())?;
         }
     }
     Ok(())
