@@ -319,8 +319,7 @@ mod tests {
     /// Both protocols against the echo server on loopback: every request answered.
     #[test]
     fn round_trips_over_loopback() {
-        // A port of this process's own, so parallel test runs do not meet.
-        let port = 20000 + (std::process::id() % 20000) as u16;
+        let port = crate::server::free_port();
         thread::spawn(move || crate::server::run(port, None));
         // Once TCP listens, UDP is bound too.
         let server: SocketAddr = (Ipv4Addr::LOCALHOST, port).into();

@@ -128,3 +128,12 @@ fn transfer(s: TcpStream) -> io::Result<()> {
         }
     }
 }
+
+/// A TCP port free now on loopback, for a test's server. Ports derived from the process id fell
+/// in the ephemeral range, where an earlier run's clients leave TIME_WAIT sockets (a transfer's
+/// client closes first) that a listener cannot bind over.
+#[cfg(test)]
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free loopback port");
+    l.local_addr().expect("its address").port()
+}

@@ -262,10 +262,7 @@ mod tests {
     /// count larger than the duration allows stops at the duration.
     #[test]
     fn transfers_over_loopback() {
-        // Ports of this process's own, so parallel test runs do not meet (the echo test uses
-        // 20000-39999).
-        let echo = 40000 + (std::process::id() % 10000) as u16;
-        let port = echo + 10000;
+        let (echo, port) = (crate::server::free_port(), crate::server::free_port());
         thread::spawn(move || crate::server::run(echo, Some(port)));
         let server: SocketAddr = (Ipv4Addr::LOCALHOST, port).into();
         for _ in 0..100 {
