@@ -9,6 +9,8 @@
 //! write is still to come), and the flow still has ACKs scheduled ahead (the sender is not
 //! left without an ACK clock meanwhile).
 
+use crate::datapath::LENT;
+
 /// `--ack-filter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u32)]
@@ -111,14 +113,33 @@ pub struct AckState {
     pub stale_until_ns: u64,
 }
 
-/// How many of a flow's packets are still scheduled ahead of `now`, from the departures of
-/// its two most recent packets (the flow's state keeps them): 0, 1 or 2 (two or more).
-pub const fn scheduled_ahead(last_depart_ns: u64, prev_depart_ns: u64, now_ns: u64) -> u32 {
-    (last_depart_ns > now_ns) as u32 + (prev_depart_ns > now_ns) as u32
+/// How many of a flow's packets are still ahead of `now` on the link, from when its two most
+/// recent packets go on it (the flow's state keeps them: their departures, or for a packet the
+/// calendar lent a departure, where it booked its wire time, marked [`LENT`]): 0, 1 or 2 (two
+/// or more). With `lent` false, a lent one does not count: it has left.
+pub const fn scheduled_ahead(
+    last_on_wire_ns: u64,
+    prev_on_wire_ns: u64,
+    now_ns: u64,
+    lent: bool,
+) -> u32 {
+    is_ahead(last_on_wire_ns, now_ns, lent) as u32 + is_ahead(prev_on_wire_ns, now_ns, lent) as u32
 }
 
-/// A flow's packets scheduled ahead, for the filter: all of them, and those that are not
-/// stale (scheduled after the flow's last ACK sent first, so still news to the sender).
+const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
+    (on_wire_ns & !LENT) > now_ns && (lent || on_wire_ns & LENT == 0)
+}
+
+/// A flow's packets ahead on the link, for the filter: all of them, and those that are fresh:
+/// scheduled after the flow's last ACK sent first (so still news to the sender), and not lent a
+/// departure now by the calendar.
+///
+/// A lent packet left at once, and only the calendar's estimate says when the link carries it.
+/// It keeps the sender's clock for an ACK the receiver sends whatever the sender does: if the
+/// estimate is late, the sender hears the later ACK one ACK's spacing later. For an ACK whose
+/// successor needs the sender to send more first it does not: had the sender already heard it
+/// and sent all it could, nothing more would come and the sender would wait for a timeout. Nor
+/// is there anything to jump ahead of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ahead {
     pub all: u32,
@@ -126,10 +147,10 @@ pub struct Ahead {
 }
 
 impl Ahead {
-    /// From the flow's two most recent departures (see [`scheduled_ahead`]).
+    /// From when the flow's two most recent packets go on the link (see [`scheduled_ahead`]).
     pub const fn of(
-        last_depart_ns: u64,
-        prev_depart_ns: u64,
+        last_on_wire_ns: u64,
+        prev_on_wire_ns: u64,
         now_ns: u64,
         state: &AckState,
     ) -> Self {
@@ -139,8 +160,8 @@ impl Ahead {
             now_ns
         };
         Self {
-            all: scheduled_ahead(last_depart_ns, prev_depart_ns, now_ns),
-            fresh: scheduled_ahead(last_depart_ns, prev_depart_ns, fresh_after),
+            all: scheduled_ahead(last_on_wire_ns, prev_on_wire_ns, now_ns, true),
+            fresh: scheduled_ahead(last_on_wire_ns, prev_on_wire_ns, fresh_after, false),
         }
     }
 }
@@ -467,7 +488,7 @@ mod tests {
     fn drops_only_when_a_later_ack_is_certain_and_enough_are_scheduled() {
         let now = 100 * MS;
         let st = state(1000);
-        let two = scheduled_ahead(now + 2 * MS, now + MS, now);
+        let two = scheduled_ahead(now + 2 * MS, now + MS, now, true);
         assert_eq!(two, 2);
         let c = AckFilter::Conservative;
         assert_eq!(
@@ -484,7 +505,7 @@ mod tests {
             AckVerdict::Keep(KeepReason::NoLaterData)
         );
         // One scheduled ahead: enough for aggressive, not for conservative.
-        let one = scheduled_ahead(now + MS, now - MS, now);
+        let one = scheduled_ahead(now + MS, now - MS, now, true);
         assert_eq!(one, 1);
         assert_eq!(
             decide(c, &ack(2000), &st, Some(&pushed(5000)), one),
@@ -500,7 +521,7 @@ mod tests {
             ),
             AckVerdict::Drop
         );
-        let none = scheduled_ahead(now - MS, now - 2 * MS, now);
+        let none = scheduled_ahead(now - MS, now - 2 * MS, now, true);
         assert_eq!(
             decide(
                 AckFilter::Aggressive,
@@ -715,6 +736,38 @@ mod tests {
             assert!(!jumps_queue(Aggressive, reason, 0), "{reason:?}");
             assert!(!jumps_queue(Off, reason, 2), "{reason:?}");
         }
+    }
+
+    #[test]
+    fn a_lent_packet_clocks_only_what_the_receiver_sends_anyway() {
+        let now = 100 * MS;
+        let st = state(1000);
+        // The flow's last ACK was lent a departure now; the calendar expects the link to carry
+        // it 2 ms from now. Its previous one is scheduled 1 ms ahead.
+        let ahead = Ahead::of(LENT | (now + 2 * MS), now + MS, now, &st);
+        assert_eq!(ahead, Ahead { all: 2, fresh: 1 });
+        assert_eq!(scheduled_ahead(LENT | (now - MS), 0, now, true), 0);
+        let c = AckFilter::Conservative;
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&pushed(5000)), ahead),
+            AckVerdict::Drop
+        );
+        // The rest of a write: the sender may already have heard the lent one.
+        let mid = ReverseState::first(2000, ACK);
+        assert_eq!(
+            decide(c, &ack(2000), &st, Some(&mid), ahead),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+        // Alone ahead in aggressive mode: it clocks a drop, but a kept ACK has nothing to jump
+        // ahead of (it has left).
+        let a = AckFilter::Aggressive;
+        let lent_only = Ahead::of(LENT | (now + 2 * MS), 0, now, &st);
+        assert_eq!(lent_only, Ahead { all: 1, fresh: 0 });
+        assert_eq!(
+            decide(a, &ack(2000), &st, Some(&pushed(5000)), lent_only),
+            AckVerdict::Drop
+        );
+        assert!(!jumps_queue(a, KeepReason::NoLaterData, lent_only.fresh));
     }
 
     #[test]

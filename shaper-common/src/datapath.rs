@@ -149,6 +149,12 @@ pub fn calendar_bin_ns(ns_per_byte_fp: u64, horizon_ns: u64, largest_packet_byte
     bin
 }
 
+/// Marks a time as that of a packet the calendar lent a departure now (what `calendar::book`
+/// returns, `FlowState::last_on_wire_ns`): the packet left at once, and the time is only the
+/// calendar's estimate of when the link carries it. Times are nanoseconds since boot, far below
+/// this bit.
+pub const LENT: u64 = 1 << 63;
+
 /// Key of a host or a flow (the fields the isolation mode selects; the others zero).
 /// IPv4 addresses sit in the first word; `family` (4 or 6) keeps the two apart. `_pad[0]` marks
 /// a new-flow overflow bucket, `_pad[1]` is the tin: hosts and flows are per tin.
@@ -216,10 +222,14 @@ pub struct FlowState {
     pub epoch: u64,
     /// COBALT's state for this flow's queue.
     pub aqm: AqmState,
-    /// Departures of its two most recent packets (how many are still scheduled, for the ACK
-    /// filter).
+    /// Departure of its most recent packet: no later packet of the flow leaves before it.
     pub last_depart_ns: u64,
-    pub prev_depart_ns: u64,
+    /// When its two most recent packets go on the link (last, previous): their departures, or
+    /// for a packet the calendar lent to (it left at once, ahead of what the link still
+    /// carries), where the calendar booked its wire time, marked [`LENT`]. For the ACK filter:
+    /// how many of them the sender has still to hear.
+    pub last_on_wire_ns: u64,
+    pub prev_on_wire_ns: u64,
     /// Bytes the flow may still send without their waits behind other flows' bookings being
     /// carried to its clock: a frame (`AqmParams::mtu_bytes`) less what it sent since it was
     /// last found idle, zero once a packet beyond them queued (see `fair::schedule`).
@@ -540,7 +550,7 @@ pub mod program_slots {
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 120);
-    assert!(core::mem::size_of::<FlowState>() == 88);
+    assert!(core::mem::size_of::<FlowState>() == 96);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);

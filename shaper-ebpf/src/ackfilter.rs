@@ -16,7 +16,7 @@ use shaper_common::{
         AckFilter, AckSeen, AckState, AckVerdict, Ahead, ReverseState, decide, is_pure_ack,
         jumps_queue, record, scan_options,
     },
-    datapath::{DatapathStats, FlowKey, ShaperConfig},
+    datapath::{DatapathStats, FlowKey, LENT, ShaperConfig},
 };
 
 use crate::parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
@@ -146,6 +146,9 @@ pub fn filter(
                 *n += 1;
             }
             if jumps_queue(mode, reason, ahead.fresh) {
+                // It overtakes the packets still scheduled; the lent ones have left.
+                let scheduled = |t: u64| if t & LENT != 0 { 0 } else { t };
+                let (last, prev) = (scheduled(last), scheduled(prev));
                 state.overtaken(if last > prev { last } else { prev });
                 Filtered::KeepFirst
             } else {

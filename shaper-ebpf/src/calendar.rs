@@ -28,7 +28,7 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
     branchless,
-    datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
+    datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS, LENT},
 };
 
 /// The ring's bins, then the two debts (wire time, ns, as signed counts: racing repayments may
@@ -85,7 +85,8 @@ pub const TIN_FIRST: u64 = 2;
 /// bounds it, and an EF flow must not wait behind bulk bookings because sparse packets ran
 /// the debt up.
 ///
-/// Returns the departure; its counters go to the stats directly. It is a global function,
+/// Returns the departure, or for a packet it lent to [`LENT`] and when the link carries it;
+/// its counters go to the stats directly. It is a global function,
 /// which the verifier checks once on its own: its callers see only the value it returns.
 /// Inlined, every outcome of the bins' scan was a path through the rest of the scheduler, and
 /// giving packets that find their span full a place behind the next bin (one more bin to scan)
@@ -109,7 +110,11 @@ pub extern "C" fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, flags
         stats.calendar_unplaced_ns += booked.unplaced_ns;
         stats.calendar_refused += booked.refused as u64;
     }
-    booked.depart_ns
+    branchless::select(
+        booked.lent as u64,
+        LENT | booked.on_wire_ns,
+        booked.depart_ns,
+    )
 }
 
 struct Booked {
@@ -123,6 +128,10 @@ struct Booked {
     contended: bool,
     /// A priority packet the calendar did not lend to.
     refused: bool,
+    /// A priority packet it lent to, and where its wire time was booked: the link carries what
+    /// was booked before it first.
+    lent: bool,
+    on_wire_ns: u64,
 }
 
 #[inline(always)]
@@ -140,6 +149,8 @@ fn scan(
         unplaced_ns: 0,
         contended: false,
         refused: false,
+        lent: false,
+        on_wire_ns: want_ns,
     };
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
@@ -245,6 +256,13 @@ fn scan(
         if !placed {
             placed = true;
             placed_at = index - 1 + (used + take >= capacity) as u64;
+            // No later than the next bin: bins further ahead hold bookings whose frames have
+            // not left yet, and the lent packet overtakes them on the wire. Past the estimate
+            // the ACK filter reads it as gone, so erring early only keeps an ACK.
+            out.on_wire_ns = branchless::min(
+                branchless::max(want_ns, bin_start + used),
+                (now_bin + 1) * bin_ns,
+            );
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
             // bounds the aggregate without ordering flows inside it. A packet pushed into a
             // later bin queues behind what that bin already carries.
@@ -264,6 +282,11 @@ fn scan(
     {
         // Racing CPUs may move it back a bin, which the next packet that scans it fills.
         unsafe { core::ptr::write_volatile(f, placed_at) };
+    }
+    out.lent = priority;
+    if !placed && priority {
+        // All of it owed: it overtakes the bookings ahead as above.
+        out.on_wire_ns = (now_bin + 1) * bin_ns;
     }
     if !placed && !priority {
         // Even the bin after the span changed under us (a lost race): leave after it.

@@ -18,8 +18,8 @@ use shaper_common::{
     aqm::{self, Verdict},
     branchless,
     datapath::{
-        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig,
-        host_flags,
+        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
+        ShaperConfig, host_flags,
     },
     diffserv::MAX_TINS,
     edt,
@@ -263,13 +263,15 @@ pub fn schedule(
     let last_depart = flow.last_depart_ns;
     let guarded = branchless::max(branchless::select(sparse_bit, now, guarded), last_depart);
     let guarded = branchless::select(jumps, now, guarded);
-    let depart = calendar::book(
+    let booked = calendar::book(
         guarded,
         now,
         tx_rate,
         config.calendar_bin_ns,
         ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
     );
+    let lent = booked >> 63;
+    let depart = branchless::select(lent, guarded, booked & !LENT);
     if depart > branchless::max(want, last_depart) && credited == 0 {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
         // Not for leaving behind its own flow's packets: a ping that followed the one queued
@@ -300,9 +302,10 @@ pub fn schedule(
     }
     // A packet sent ahead of its flow's queue is not scheduled ahead of anything: the flow's
     // departures stay those of its queue, which the filter now reads as stale.
-    let (last, prev) = (flow.last_depart_ns, flow.prev_depart_ns);
-    flow.prev_depart_ns = branchless::select(jumps, prev, last);
-    flow.last_depart_ns = branchless::select(jumps, last, depart);
+    flow.last_depart_ns = branchless::select(jumps, flow.last_depart_ns, depart);
+    let (last, prev) = (flow.last_on_wire_ns, flow.prev_on_wire_ns);
+    flow.prev_on_wire_ns = branchless::select(jumps, prev, last);
+    flow.last_on_wire_ns = branchless::select(jumps, last, booked);
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);
     }
@@ -351,15 +354,15 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
     )
 }
 
-/// The departures of the packet's flow's two most recent packets (last, previous), for the ACK
-/// filter. Computes the flow's key as `schedule` does; a flow not seen yet has none (zeros).
+/// When the packet's flow's two most recent packets go on the link (last, previous), for the
+/// ACK filter. Computes the flow's key as `schedule` does; a flow not seen yet has none (zeros).
 #[inline(always)]
 pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64) {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     let key = key(info, mode.flow_fields(), config);
     match FLOWS.get_ptr_mut(&key) {
         // SAFETY: map value, valid for this run.
-        Some(f) => unsafe { ((*f).last_depart_ns, (*f).prev_depart_ns) },
+        Some(f) => unsafe { ((*f).last_on_wire_ns, (*f).prev_on_wire_ns) },
         None => (0, 0),
     }
 }

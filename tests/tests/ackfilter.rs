@@ -3,14 +3,17 @@
 //! (data beyond them seen at ingress, enough of the flow's ACKs scheduled) and calls the egress
 //! program back for the others. Every eligibility rule, IPv4 and IPv6.
 
+use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     ackfilter::{AckFilter, KeepReason, tcp_flags::*},
     datapath::ShaperConfig,
+    isolation::Isolation,
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,
-    packet::{ETH_P_IP, ETH_P_IPV6, Frame, TCP, ipv4, ipv6},
+    packet::{ETH_P_IP, ETH_P_IPV6, Frame, TCP, UDP, ipv4, ipv6, udp_datagram},
     skb::SkbContext,
+    with_short_bins,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -224,6 +227,108 @@ fn aggressive_needs_only_one_scheduled() {
         DROP,
         "one scheduled ahead is enough"
     );
+}
+
+#[test]
+fn an_ack_lent_a_departure_counts_as_ahead_while_the_link_carries_what_was_booked_before_it() {
+    // A full frame of another flow (121 ms at 100 kbit/s) takes the link first. The flow's
+    // first ACK, found idle, is lent its departure and leaves at once, but the link carries it
+    // only after that frame: the sender has still to hear it, so in aggressive mode the next
+    // ACK is covered by it and by the ACK that 100001 brings. (Counted by its departure, the
+    // first ACK had left, and the second was kept: the uplink then carried an ACK per ACK the
+    // receiver sent while CAKE's queue held one, replaced by each newer.)
+    let mut h = Harness::new(ShaperConfig {
+        ack_filter: AckFilter::Aggressive as u32,
+        isolation: Isolation::Flows as u32,
+        ..config(RATE, 10 * SECOND)
+    });
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+    let bulk = Frame::ether_type(ETH_P_IP)
+        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
+        .build();
+    assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    let before = monotonic_now_ns();
+    let first = h.run(&Seg::ack(10_001).frame(true), &SkbContext::default());
+    assert_eq!(first.verdict, PASS);
+    assert!(
+        first.ctx.tstamp() < before + SECOND / 1000,
+        "the first ACK leaves at once: {} ms",
+        (first.ctx.tstamp() as i64 - before as i64) / 1_000_000
+    );
+    assert_eq!(
+        send(&mut h, &Seg::ack(20_001)),
+        DROP,
+        "the first is still ahead on the link"
+    );
+}
+
+#[test]
+fn a_lent_ack_does_not_clock_a_drop_whose_later_ack_needs_the_sender() {
+    // As above, but the data seen ends in the middle of a write (no PSH): the ACK that covers
+    // it comes only once the sender has heard an ACK and sent the rest. The lent ACK may
+    // already have reached it (the calendar only estimates when the link carries it), so it
+    // does not count, and the ACK is kept.
+    let mut h = Harness::new(ShaperConfig {
+        ack_filter: AckFilter::Aggressive as u32,
+        isolation: Isolation::Flows as u32,
+        ..config(RATE, 10 * SECOND)
+    });
+    let mid_write = Seg {
+        flags: ACK,
+        ..Seg::data(1, 2_000)
+    };
+    h.run_ingress(&mid_write.frame(false));
+    let bulk = Frame::ether_type(ETH_P_IP)
+        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
+        .build();
+    assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    assert_eq!(send(&mut h, &Seg::ack(1_001)), PASS);
+    let before = kept(&h, KeepReason::FewScheduled);
+    assert_eq!(
+        send(&mut h, &Seg::ack(2_001)),
+        PASS,
+        "only a lent ACK ahead, and the later ACK needs the sender"
+    );
+    assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
+}
+
+#[test]
+fn a_lent_ack_counts_as_ahead_no_further_than_the_end_of_the_calendars_current_bin() {
+    // Bins sized for full frames (60 ms at 100 kbit/s): two frames of another flow book the
+    // link about four bins ahead. The lent ACK overtakes all but the current bin's share of
+    // them on the wire, so once that bin has passed it reads as gone, and the next ACK is kept
+    // for rule 7. (Counted where the calendar booked it, the first ACK read as ahead until the
+    // frames had left, after the sender had heard it: in the short transfers the filter then
+    // dropped ACKs the sender waited for.)
+    let config = with_short_bins(ShaperConfig {
+        ack_filter: AckFilter::Aggressive as u32,
+        isolation: Isolation::Flows as u32,
+        ..config(RATE, 10 * SECOND)
+    });
+    let bin = config.calendar_bin_ns;
+    let mut h = Harness::new(config);
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+    let bulk = Frame::ether_type(ETH_P_IP)
+        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
+        .build();
+    for _ in 0..2 {
+        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    }
+    let start = monotonic_now_ns();
+    assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
+    // Past the end of the bin after the one it was sent in, the frames still on the link.
+    std::thread::sleep(std::time::Duration::from_nanos(
+        (start / bin + 2) * bin - start + 1_000_000,
+    ));
+    let before = kept(&h, KeepReason::FewScheduled);
+    assert_eq!(
+        send(&mut h, &Seg::ack(20_001)),
+        PASS,
+        "the first ACK went on the wire ahead of the frames booked after its bin"
+    );
+    assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
 }
 
 #[test]
