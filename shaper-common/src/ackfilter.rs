@@ -136,7 +136,7 @@ const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
 ///
 /// A lent packet left at once, and only the calendar's estimate says when the link carries it.
 /// It keeps the sender's clock for an ACK the receiver sends whatever the sender does: if the
-/// estimate is late, the sender hears the later ACK one ACK's spacing later. For an ACK whose
+/// estimate is late, the sender only hears the news later, from that ACK. For an ACK whose
 /// successor needs the sender to send more first it does not: had the sender already heard it
 /// and sent all it could, nothing more would come and the sender would wait for a timeout. Nor
 /// is there anything to jump ahead of.

@@ -256,13 +256,11 @@ fn scan(
         if !placed {
             placed = true;
             placed_at = index - 1 + (used + take >= capacity) as u64;
-            // No later than the next bin: bins further ahead hold bookings whose frames have
-            // not left yet, and the lent packet overtakes them on the wire. Past the estimate
-            // the ACK filter reads it as gone, so erring early only keeps an ACK.
-            out.on_wire_ns = branchless::min(
-                branchless::max(want_ns, bin_start + used),
-                (now_bin + 1) * bin_ns,
-            );
+            // Behind what the bins up to its own already carry: where a FIFO at the rate
+            // would send it. It overtakes them on the wire, so this is no promise that the
+            // receiver's side has not heard it: the ACK filter counts it only where a late
+            // estimate costs the sender nothing but time (see `ackfilter::Ahead`).
+            out.on_wire_ns = branchless::max(want_ns, bin_start + used);
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
             // bounds the aggregate without ordering flows inside it. A packet pushed into a
             // later bin queues behind what that bin already carries.
@@ -285,8 +283,8 @@ fn scan(
     }
     out.lent = priority;
     if !placed && priority {
-        // All of it owed: it overtakes the bookings ahead as above.
-        out.on_wire_ns = (now_bin + 1) * bin_ns;
+        // All of it owed: behind every bin it scanned.
+        out.on_wire_ns = index * bin_ns;
     }
     if !placed && !priority {
         // Even the bin after the span changed under us (a lost race): leave after it.

@@ -294,13 +294,12 @@ fn a_lent_ack_does_not_clock_a_drop_whose_later_ack_needs_the_sender() {
 }
 
 #[test]
-fn a_lent_ack_counts_as_ahead_no_further_than_the_end_of_the_calendars_current_bin() {
+fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
     // Bins sized for full frames (60 ms at 100 kbit/s): two frames of another flow book the
-    // link about four bins ahead. The lent ACK overtakes all but the current bin's share of
-    // them on the wire, so once that bin has passed it reads as gone, and the next ACK is kept
-    // for rule 7. (Counted where the calendar booked it, the first ACK read as ahead until the
-    // frames had left, after the sender had heard it: in the short transfers the filter then
-    // dropped ACKs the sender waited for.)
+    // link about four bins ahead, and the lent ACK's wire time is booked behind them. Past the
+    // bin it was sent in it still reads as ahead (the receiver sends the later ACK whatever the
+    // sender does, so a late estimate costs only time), and the next covered ACK is dropped;
+    // once the link has reached its booking it reads as gone, and the next one is kept.
     let config = with_short_bins(ShaperConfig {
         ack_filter: AckFilter::Aggressive as u32,
         isolation: Isolation::Flows as u32,
@@ -318,15 +317,24 @@ fn a_lent_ack_counts_as_ahead_no_further_than_the_end_of_the_calendars_current_b
     }
     let start = monotonic_now_ns();
     assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
-    // Past the end of the bin after the one it was sent in, the frames still on the link.
-    std::thread::sleep(std::time::Duration::from_nanos(
-        (start / bin + 2) * bin - start + 1_000_000,
-    ));
-    let before = kept(&h, KeepReason::FewScheduled);
+    let sleep_until = |t: u64| {
+        let now = monotonic_now_ns();
+        std::thread::sleep(std::time::Duration::from_nanos(t.saturating_sub(now)));
+    };
+    // Into the bin after the one it was sent in, the frames still on the link.
+    sleep_until((start / bin + 1) * bin + 1_000_000);
     assert_eq!(
         send(&mut h, &Seg::ack(20_001)),
+        DROP,
+        "the first ACK is booked behind the frames"
+    );
+    // The frames (121 ms each) and the ACK have had their wire time.
+    sleep_until((start / bin + 6) * bin);
+    let before = kept(&h, KeepReason::FewScheduled);
+    assert_eq!(
+        send(&mut h, &Seg::ack(30_001)),
         PASS,
-        "the first ACK went on the wire ahead of the frames booked after its bin"
+        "the link has reached where the first ACK was booked"
     );
     assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
 }
