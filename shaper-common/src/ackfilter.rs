@@ -738,6 +738,22 @@ mod tests {
         }
     }
 
+    /// In conservative mode with `ahead`, an ACK at 2000 is dropped when data beyond it is on
+    /// its way (the receiver acknowledges it whatever the sender does), and kept when the later
+    /// ACK needs the sender to send the rest of a write.
+    fn assert_clocks_only_what_the_receiver_sends_anyway(st: &AckState, ahead: Ahead) {
+        let c = AckFilter::Conservative;
+        assert_eq!(
+            decide(c, &ack(2000), st, Some(&pushed(5000)), ahead),
+            AckVerdict::Drop
+        );
+        let mid = ReverseState::first(2000, ACK);
+        assert_eq!(
+            decide(c, &ack(2000), st, Some(&mid), ahead),
+            AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+    }
+
     #[test]
     fn a_lent_packet_clocks_only_what_the_receiver_sends_anyway() {
         let now = 100 * MS;
@@ -747,17 +763,8 @@ mod tests {
         let ahead = Ahead::of(LENT | (now + 2 * MS), now + MS, now, &st);
         assert_eq!(ahead, Ahead { all: 2, fresh: 1 });
         assert_eq!(scheduled_ahead(LENT | (now - MS), 0, now, true), 0);
-        let c = AckFilter::Conservative;
-        assert_eq!(
-            decide(c, &ack(2000), &st, Some(&pushed(5000)), ahead),
-            AckVerdict::Drop
-        );
-        // The rest of a write: the sender may already have heard the lent one.
-        let mid = ReverseState::first(2000, ACK);
-        assert_eq!(
-            decide(c, &ack(2000), &st, Some(&mid), ahead),
-            AckVerdict::Keep(KeepReason::FewScheduled)
-        );
+        // For the rest of a write, the sender may already have heard the lent one.
+        assert_clocks_only_what_the_receiver_sends_anyway(&st, ahead);
         // Alone ahead in aggressive mode: it clocks a drop, but a kept ACK has nothing to jump
         // ahead of (it has left).
         let a = AckFilter::Aggressive;
@@ -777,18 +784,8 @@ mod tests {
         st.overtaken(now + 2 * MS);
         let ahead = Ahead::of(now + 2 * MS, now + MS, now, &st);
         assert_eq!(ahead, Ahead { all: 2, fresh: 0 });
-        let c = AckFilter::Conservative;
-        // Data beyond it is on its way: the receiver acknowledges it whatever the sender does.
-        assert_eq!(
-            decide(c, &ack(2000), &st, Some(&pushed(5000)), ahead),
-            AckVerdict::Drop
-        );
-        // The rest of a write: only ACKs with news for the sender would bring it.
-        let mid = ReverseState::first(2000, ACK);
-        assert_eq!(
-            decide(c, &ack(2000), &st, Some(&mid), ahead),
-            AckVerdict::Keep(KeepReason::FewScheduled)
-        );
+        // For the rest of a write, only ACKs with news for the sender would bring it.
+        assert_clocks_only_what_the_receiver_sends_anyway(&st, ahead);
         // Packets scheduled after the jump are fresh again; the horizon never moves back.
         st.overtaken(now);
         assert_eq!(
@@ -799,8 +796,15 @@ mod tests {
             Ahead::of(now + 4 * MS, now + MS, now, &st),
             Ahead { all: 2, fresh: 1 }
         );
+        let mid = ReverseState::first(2000, ACK);
         assert_eq!(
-            decide(c, &ack(2000), &st, Some(&mid), Ahead { all: 2, fresh: 2 }),
+            decide(
+                AckFilter::Conservative,
+                &ack(2000),
+                &st,
+                Some(&mid),
+                Ahead { all: 2, fresh: 2 }
+            ),
             AckVerdict::Drop
         );
     }

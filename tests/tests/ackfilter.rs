@@ -31,6 +31,23 @@ fn harness(mode: AckFilter) -> Harness {
     })
 }
 
+/// Aggressive mode with a flow per connection, so that another flow's frames book the link
+/// ahead of the ACK flow's.
+fn aggressive_per_flow() -> ShaperConfig {
+    ShaperConfig {
+        ack_filter: AckFilter::Aggressive as u32,
+        isolation: Isolation::Flows as u32,
+        ..config(RATE, 10 * SECOND)
+    }
+}
+
+/// A full-sized UDP frame of a flow other than the ACKs'.
+fn full_frame_of_another_flow() -> Vec<u8> {
+    Frame::ether_type(ETH_P_IP)
+        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
+        .build()
+}
+
 struct Seg {
     seq: u32,
     ack: u32,
@@ -237,16 +254,10 @@ fn an_ack_lent_a_departure_counts_as_ahead_while_the_link_carries_what_was_booke
     // ACK is covered by it and by the ACK that 100001 brings. (Counted by its departure, the
     // first ACK had left, and the second was kept: the uplink then carried an ACK per ACK the
     // receiver sent while CAKE's queue held one, replaced by each newer.)
-    let mut h = Harness::new(ShaperConfig {
-        ack_filter: AckFilter::Aggressive as u32,
-        isolation: Isolation::Flows as u32,
-        ..config(RATE, 10 * SECOND)
-    });
+    let mut h = Harness::new(aggressive_per_flow());
     h.run_ingress(&Seg::data(1, 1000).frame(false));
     h.run_ingress(&Seg::data(99_001, 1000).frame(false));
-    let bulk = Frame::ether_type(ETH_P_IP)
-        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
-        .build();
+    let bulk = full_frame_of_another_flow();
     assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
     let before = monotonic_now_ns();
     let first = h.run(&Seg::ack(10_001).frame(true), &SkbContext::default());
@@ -269,19 +280,13 @@ fn a_lent_ack_does_not_clock_a_drop_whose_later_ack_needs_the_sender() {
     // it comes only once the sender has heard an ACK and sent the rest. The lent ACK may
     // already have reached it (the calendar only estimates when the link carries it), so it
     // does not count, and the ACK is kept.
-    let mut h = Harness::new(ShaperConfig {
-        ack_filter: AckFilter::Aggressive as u32,
-        isolation: Isolation::Flows as u32,
-        ..config(RATE, 10 * SECOND)
-    });
+    let mut h = Harness::new(aggressive_per_flow());
     let mid_write = Seg {
         flags: ACK,
         ..Seg::data(1, 2_000)
     };
     h.run_ingress(&mid_write.frame(false));
-    let bulk = Frame::ether_type(ETH_P_IP)
-        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
-        .build();
+    let bulk = full_frame_of_another_flow();
     assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
     assert_eq!(send(&mut h, &Seg::ack(1_001)), PASS);
     let before = kept(&h, KeepReason::FewScheduled);
@@ -300,18 +305,12 @@ fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
     // bin it was sent in it still reads as ahead (the receiver sends the later ACK whatever the
     // sender does, so a late estimate costs only time), and the next covered ACK is dropped;
     // once the link has reached its booking it reads as gone, and the next one is kept.
-    let config = with_short_bins(ShaperConfig {
-        ack_filter: AckFilter::Aggressive as u32,
-        isolation: Isolation::Flows as u32,
-        ..config(RATE, 10 * SECOND)
-    });
+    let config = with_short_bins(aggressive_per_flow());
     let bin = config.calendar_bin_ns;
     let mut h = Harness::new(config);
     h.run_ingress(&Seg::data(1, 1000).frame(false));
     h.run_ingress(&Seg::data(99_001, 1000).frame(false));
-    let bulk = Frame::ether_type(ETH_P_IP)
-        .payload(ipv4(UDP, HOST, PEER, &udp_datagram(40001, 5201, 1472)))
-        .build();
+    let bulk = full_frame_of_another_flow();
     for _ in 0..2 {
         assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
     }
