@@ -257,8 +257,8 @@ fn scan(
             placed = true;
             placed_at = index - 1 + (used + take >= capacity) as u64;
             // Behind what the bins up to its own already carry: where a FIFO at the rate
-            // would send it. It overtakes them on the wire, so this is no promise that the
-            // receiver's side has not heard it: the ACK filter counts it only where a late
+            // would send it. It overtakes them on the wire, so this is no promise that its
+            // recipient has not had it already: the ACK filter counts it only where a late
             // estimate costs the sender nothing but time (see `ackfilter::Ahead`).
             out.on_wire_ns = branchless::max(want_ns, bin_start + used);
             // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
