@@ -130,6 +130,21 @@ const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
     (on_wire_ns & !LENT) > now_ns && (lent || on_wire_ns & LENT == 0)
 }
 
+/// The later departure of a flow's two most recent packets, not counting lent ones (they have
+/// left): how far an ACK sent ahead of them overtakes (see [`AckState::overtaken`]).
+pub const fn latest_scheduled(last_on_wire_ns: u64, prev_on_wire_ns: u64) -> u64 {
+    let (last, prev) = (scheduled(last_on_wire_ns), scheduled(prev_on_wire_ns));
+    if last > prev { last } else { prev }
+}
+
+const fn scheduled(on_wire_ns: u64) -> u64 {
+    if on_wire_ns & LENT != 0 {
+        0
+    } else {
+        on_wire_ns
+    }
+}
+
 /// A flow's packets ahead on the link, for the filter: all of them, and those that are fresh:
 /// scheduled after the flow's last ACK sent first (so still news to the sender), and not lent a
 /// departure now by the calendar.

@@ -5,7 +5,8 @@
 //! (so the option walk is verified on its own, not multiplied into the scheduling paths); the
 //! filter drops it or hands it to the scheduler; `shaper_ingress` records
 //! how far the data direction of each flow has arrived on the same interface. How many of the
-//! flow's packets are still scheduled comes from its flow state (its last two departures).
+//! flow's packets are still ahead on the link comes from its flow state (when its last two go on
+//! it).
 
 use aya_ebpf::{
     EbpfContext, bindings::BPF_NOEXIST, cty::c_void, helpers::bpf_skb_load_bytes, macros::map,
@@ -14,9 +15,9 @@ use aya_ebpf::{
 use shaper_common::{
     ackfilter::{
         AckFilter, AckSeen, AckState, AckVerdict, Ahead, ReverseState, decide, is_pure_ack,
-        jumps_queue, record, scan_options,
+        jumps_queue, latest_scheduled, record, scan_options,
     },
-    datapath::{DatapathStats, FlowKey, LENT, ShaperConfig},
+    datapath::{DatapathStats, FlowKey, ShaperConfig},
 };
 
 use crate::parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
@@ -72,15 +73,15 @@ pub enum Filtered {
     KeepFirst,
 }
 
-/// The filter's decision on a pure ACK (in `shaper_ack_filter`), `departures` being its flow's
-/// two most recent (`fair::recent_departures`). Updates the flow's ACK state either way;
+/// The filter's decision on a pure ACK (in `shaper_ack_filter`), `on_wire` being when its flow's
+/// two most recent packets go on the link (`fair::recent_on_wire`). Updates the flow's ACK state either way;
 /// counts in `stats`.
 #[inline(always)]
 pub fn filter(
     ctx: &TcContext,
     info: &PacketInfo,
     config: &ShaperConfig,
-    departures: (u64, u64),
+    on_wire: (u64, u64),
     now: u64,
     stats: &mut DatapathStats,
 ) -> Filtered {
@@ -132,7 +133,7 @@ pub fn filter(
     // SAFETY: as above.
     let data = REVERSE.get_ptr_mut(&key).map(|r| unsafe { &*r });
     let mode = AckFilter::from_u32(config.ack_filter);
-    let (last, prev) = departures;
+    let (last, prev) = on_wire;
     let ahead = Ahead::of(last, prev, now, state);
     let verdict = decide(mode, &seen, state, data, ahead);
     record(state, &seen);
@@ -146,10 +147,7 @@ pub fn filter(
                 *n += 1;
             }
             if jumps_queue(mode, reason, ahead.fresh) {
-                // It overtakes the packets still scheduled; the lent ones have left.
-                let scheduled = |t: u64| if t & LENT != 0 { 0 } else { t };
-                let (last, prev) = (scheduled(last), scheduled(prev));
-                state.overtaken(if last > prev { last } else { prev });
+                state.overtaken(latest_scheduled(last, prev));
                 Filtered::KeepFirst
             } else {
                 Filtered::Keep

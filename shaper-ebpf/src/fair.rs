@@ -80,7 +80,7 @@ pub enum Scheduled {
 /// later path apart, and the program would no longer verify within its limits). `jump` is a
 /// third ([`jump`]): a kept ACK the filter wants sent first leaves now instead of behind its
 /// flow's packets, charged to its flow's clock, its host's guard and the calendar as if it had
-/// waited; it is not recorded among its flow's departures (see `recent_departures`).
+/// waited; it is not recorded among its flow's departures (see `recent_on_wire`).
 #[expect(
     clippy::too_many_arguments,
     reason = "three of them are control-block words"
@@ -270,7 +270,7 @@ pub fn schedule(
         config.calendar_bin_ns,
         ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
     );
-    let lent = booked >> 63;
+    let lent = booked >> LENT.trailing_zeros();
     let depart = branchless::select(lent, guarded, booked & !LENT);
     if depart > branchless::max(want, last_depart) && credited == 0 {
         // Held back by its host or the calendar: the flow's next packet queues behind this one.
@@ -357,7 +357,7 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
 /// When the packet's flow's two most recent packets go on the link (last, previous), for the
 /// ACK filter. Computes the flow's key as `schedule` does; a flow not seen yet has none (zeros).
 #[inline(always)]
-pub fn recent_departures(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64) {
+pub fn recent_on_wire(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64) {
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     let key = key(info, mode.flow_fields(), config);
     match FLOWS.get_ptr_mut(&key) {

@@ -252,8 +252,8 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    let departures = fair::recent_departures(info, config);
-    match ackfilter::filter(&ctx, info, config, departures, now, stats) {
+    let on_wire = fair::recent_on_wire(info, config);
+    match ackfilter::filter(&ctx, info, config, on_wire, now, stats) {
         ackfilter::Filtered::Drop => return TC_ACT_SHOT as i32,
         ackfilter::Filtered::Keep => {}
         // SAFETY: the context is a valid __sk_buff for the whole run.
