@@ -90,9 +90,17 @@ pub struct AckSeen {
     pub flags: u8,
     /// It carries SACK blocks.
     pub sack: bool,
-    /// Its only SACK block, `[start, end)`, when it carries exactly one (zeros otherwise).
+    /// Its first SACK block, `[start, end)`: the one holding the segment the receiver got last
+    /// (RFC 2018), or a D-SACK (RFC 2883).
     pub sack_start: u32,
     pub sack_end: u32,
+    /// The furthest any of its SACK blocks reaches.
+    pub sack_reach: u32,
+    /// The first block lies within another one: a D-SACK above the cumulative ACK.
+    pub sack_duplicate: bool,
+    /// No further block fits in its options: the receiver's next ACK may have to leave one of
+    /// these out to report a new one.
+    pub sack_full: bool,
     /// It carries an option other than NOP, EOL, timestamps and SACK, or options that do not
     /// parse.
     pub unknown_option: bool,
@@ -247,7 +255,7 @@ impl ReverseState {
 pub enum KeepReason {
     /// An option the filter does not know, or options that do not parse.
     UnknownOption = 0,
-    /// SACK blocks: a later ACK may not repeat them.
+    /// SACK blocks a later ACK may not repeat: a D-SACK, or no data seen beyond them.
     Sack = 1,
     /// The flow's first ACK.
     First = 2,
@@ -262,13 +270,16 @@ pub enum KeepReason {
     NoLaterData = 6,
     /// Too few of the flow's ACKs are scheduled ahead for the mode.
     FewScheduled = 7,
+    /// SACK blocks filling the options: the receiver's next ACK may leave one out.
+    SackFull = 8,
 }
 
 impl KeepReason {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [Self; Self::COUNT] = [
         Self::UnknownOption,
         Self::Sack,
+        Self::SackFull,
         Self::First,
         Self::Duplicate,
         Self::Window,
@@ -281,6 +292,7 @@ impl KeepReason {
         match self {
             Self::UnknownOption => "unknown_option",
             Self::Sack => "sack",
+            Self::SackFull => "sack_full",
             Self::First => "first",
             Self::Duplicate => "duplicate",
             Self::Window => "window",
@@ -315,24 +327,29 @@ pub fn decide(
     }
     // CAKE drops an older ACK when a newer one acknowledges more, SACK blocks included, so a
     // duplicate ACK whose blocks grew makes the older one redundant. With the newer one still
-    // to come: data beyond this ACK's block has arrived, so the receiver will acknowledge more
-    // (cumulatively, or a block that reaches further), and a single block is reported again
-    // until it is acknowledged (RFC 2018: the first block is the newest segment's, the others
-    // repeat the most recently reported ones, and a receiver sends at least three). More
-    // blocks could be pushed out of the option by the new one; a block at or below the
-    // cumulative ACK is a D-SACK, which no later ACK repeats.
+    // to come: data beyond all of this ACK's blocks has arrived (not yet at the receiver, or
+    // its blocks would hold it), so the receiver will acknowledge more, and its next ACK
+    // reports the blocks it reported most recently again, as many as fit beside the newest
+    // (RFC 2018): each of these comes again, grown, merged or cumulatively acknowledged,
+    // unless the option is full and a new block pushes the oldest out. A D-SACK (at or below
+    // the cumulative ACK, or within another block, RFC 2883) reports a duplicate no later ACK
+    // repeats.
     let sack_covered = seen.sack
+        && !seen.sack_duplicate
         && after(seen.sack_start, seen.ack)
-        && data.is_some_and(|d| d.data_beyond(seen.sack_end));
+        && data.is_some_and(|d| d.data_beyond(seen.sack_reach));
     if seen.sack && !sack_covered {
         return keep(KeepReason::Sack);
+    }
+    if seen.sack_full {
+        return keep(KeepReason::SackFull);
     }
     if state.seen == 0 {
         return keep(KeepReason::First);
     }
-    // A duplicate ACK signals loss and is kept, unless its single block will be covered: the
-    // ACK that covers it is a duplicate too, with more blocks, so the sender misses nothing a
-    // SACK scoreboard counts.
+    // A duplicate ACK signals loss and is kept, unless its blocks will be covered: the ACK
+    // that covers them is a duplicate too, with more, so the sender misses nothing a SACK
+    // scoreboard counts.
     let covered_duplicate = sack_covered && seen.ack == state.last_ack;
     if !(after(seen.ack, state.last_ack) || covered_duplicate) {
         return keep(KeepReason::Duplicate);
@@ -445,13 +462,24 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
             return;
         }
         seen.sack = true;
-        if olen == 10 {
-            let word =
-                |i: usize| u32::from_be_bytes([byte(i), byte(i + 1), byte(i + 2), byte(i + 3)]);
-            seen.sack_start = word(at + 4);
-            seen.sack_end = word(at + 8);
+        let word = |i: usize| u32::from_be_bytes([byte(i), byte(i + 1), byte(i + 2), byte(i + 3)]);
+        let blocks = (olen - 2) / 8;
+        seen.sack_start = word(at + 4);
+        seen.sack_end = word(at + 8);
+        seen.sack_reach = seen.sack_end;
+        for b in 1..4 {
+            if b < blocks {
+                let (start, end) = (word(at + 4 + 8 * b), word(at + 8 + 8 * b));
+                if after(end, seen.sack_reach) {
+                    seen.sack_reach = end;
+                }
+                if !after(start, seen.sack_start) && !after(seen.sack_end, end) {
+                    seen.sack_duplicate = true;
+                }
+            }
         }
         at += 2 + olen;
+        seen.sack_full = at + 8 > 40;
     }
     if at > len {
         seen.unknown_option = true;
@@ -471,7 +499,9 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::{tcp_flags::*, *};
+    use std::{vec, vec::Vec};
 
     const MS: u64 = 1_000_000;
 
@@ -824,18 +854,34 @@ mod tests {
         );
     }
 
+    /// The options of an ACK with timestamps and SACK `blocks`.
+    fn sack_options(blocks: &[(u32, u32)]) -> Vec<u8> {
+        let mut o = vec![1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 1, 1, 5];
+        o.push(2 + 8 * blocks.len() as u8);
+        for (start, end) in blocks {
+            o.extend_from_slice(&start.to_be_bytes());
+            o.extend_from_slice(&end.to_be_bytes());
+        }
+        o
+    }
+
+    /// An ACK for `ack` with timestamps and SACK `blocks`, as the scan reads it.
+    fn sacked(ack: u32, blocks: &[(u32, u32)]) -> AckSeen {
+        let o = sack_options(blocks);
+        let mut seen = super::tests::ack(ack);
+        let mut buf = [0u8; 64];
+        buf[..o.len()].copy_from_slice(&o);
+        scan_options(&buf, o.len(), &mut seen);
+        assert!(seen.sack && !seen.unknown_option);
+        seen
+    }
+
     #[test]
-    fn a_single_sack_block_is_dropped_once_data_beyond_it_has_arrived() {
+    fn sack_blocks_are_dropped_once_data_beyond_them_has_arrived() {
         let st = state(2000);
         let c = AckFilter::Conservative;
-        let sacked = |ack: u32, start: u32, end: u32| AckSeen {
-            sack: true,
-            sack_start: start,
-            sack_end: end,
-            ..super::tests::ack(ack)
-        };
         // The hole at 2000 stays; 5000-6000 arrived; data up to 7000 has arrived since.
-        let dup = sacked(2000, 5000, 6000);
+        let dup = sacked(2000, &[(5000, 6000)]);
         assert_eq!(
             decide(c, &dup, &st, Some(&pushed(7000)), 2),
             AckVerdict::Drop
@@ -849,48 +895,78 @@ mod tests {
             decide(c, &dup, &st, None, 2),
             AckVerdict::Keep(KeepReason::Sack)
         );
-        // More than one block (zero edges from the scan): a new one could push one out.
-        let two = AckSeen {
-            sack_start: 0,
-            sack_end: 0,
-            ..dup
-        };
+        // Two holes: the newest block first, the older one repeated. Data must have arrived
+        // beyond the furthest block, not only the first: data up to 9000 is already at the
+        // receiver (its second block), so nothing else says another ACK comes.
+        let two = sacked(2000, &[(5000, 6000), (8000, 9000)]);
+        assert_eq!((two.sack_reach, two.sack_full), (9000, false));
         assert_eq!(
-            decide(c, &two, &st, Some(&pushed(7000)), 2),
+            decide(c, &two, &st, Some(&pushed(9000)), 2),
             AckVerdict::Keep(KeepReason::Sack)
         );
-        // A D-SACK (at or below the cumulative ACK) is never repeated.
-        let dsack = sacked(2000, 1000, 1500);
         assert_eq!(
-            decide(c, &dsack, &st, Some(&pushed(7000)), 2),
+            decide(c, &two, &st, Some(&pushed(10_000)), 2),
+            AckVerdict::Drop
+        );
+        // Three blocks beside timestamps fill the option: the next ACK may push the oldest out
+        // to report a new one.
+        let three = sacked(2000, &[(11_000, 12_000), (5000, 6000), (8000, 9000)]);
+        assert!(three.sack_full);
+        assert_eq!(
+            decide(c, &three, &st, Some(&pushed(20_000)), 2),
+            AckVerdict::Keep(KeepReason::SackFull)
+        );
+        // Without timestamps four blocks fit: three leave room for the next.
+        let mut seen = super::tests::ack(2000);
+        let o = &sack_options(&[(11_000, 12_000), (5000, 6000), (8000, 9000)])[12..];
+        let mut buf = [0u8; 64];
+        buf[..o.len()].copy_from_slice(o);
+        scan_options(&buf, o.len(), &mut seen);
+        assert_eq!(
+            (seen.sack, seen.sack_full, seen.sack_reach),
+            (true, false, 12_000)
+        );
+        assert_eq!(
+            decide(c, &seen, &st, Some(&pushed(20_000)), 2),
+            AckVerdict::Drop
+        );
+        // A D-SACK (at or below the cumulative ACK, or within another block) is never
+        // repeated.
+        let below = sacked(2000, &[(1000, 1500)]);
+        assert_eq!(
+            decide(c, &below, &st, Some(&pushed(7000)), 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
+        let within = sacked(2000, &[(5000, 5500), (5000, 6000)]);
+        assert!(within.sack_duplicate);
+        assert_eq!(
+            decide(c, &within, &st, Some(&pushed(7000)), 2),
             AckVerdict::Keep(KeepReason::Sack)
         );
         // An ACK below the last one is reordered, not redundant; the ACK clock still counts.
         assert_eq!(
-            decide(c, &sacked(1000, 5000, 6000), &st, Some(&pushed(7000)), 2),
+            decide(
+                c,
+                &sacked(1000, &[(5000, 6000)]),
+                &st,
+                Some(&pushed(7000)),
+                2
+            ),
             AckVerdict::Keep(KeepReason::Duplicate)
         );
         assert_eq!(
             decide(c, &dup, &st, Some(&pushed(7000)), 1),
             AckVerdict::Keep(KeepReason::FewScheduled)
         );
-        // The scan reads the block's edges only when there is one.
-        let mut seen = AckSeen::default();
-        let one = [
-            1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 1, 1, 5, 10, 0, 0, 0x13, 0x88, 0, 0, 0x17, 0x70,
-        ];
-        scan_options(&one, one.len(), &mut seen);
-        assert_eq!(
-            (seen.sack, seen.sack_start, seen.sack_end),
-            (true, 5000, 6000)
+        // Sequence space wraps inside the blocks too.
+        let wrapped = sacked(
+            u32::MAX - 5000,
+            &[(u32::MAX - 2000, u32::MAX - 1000), (500, 1500)],
         );
-        let mut seen = AckSeen::default();
-        let mut two_blocks = one[..16].to_vec();
-        two_blocks[15] = 18;
-        two_blocks.extend_from_slice(&[
-            0, 0, 0x13, 0x88, 0, 0, 0x17, 0x70, 0, 0, 0x1f, 0x40, 0, 0, 0x23, 0x28,
-        ]);
-        scan_options(&two_blocks, two_blocks.len(), &mut seen);
-        assert_eq!((seen.sack, seen.sack_start, seen.sack_end), (true, 0, 0));
+        assert_eq!(wrapped.sack_reach, 1500);
+        assert_eq!(
+            decide(c, &wrapped, &state(u32::MAX - 5000), Some(&pushed(1500)), 2),
+            AckVerdict::Keep(KeepReason::Sack)
+        );
     }
 }

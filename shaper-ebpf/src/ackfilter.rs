@@ -93,6 +93,9 @@ pub fn filter(
         sack: false,
         sack_start: 0,
         sack_end: 0,
+        sack_reach: 0,
+        sack_duplicate: false,
+        sack_full: false,
         unknown_option: false,
     };
     let options = (info.tcp_header_len as usize).saturating_sub(20);

@@ -447,15 +447,6 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
         ),
         PASS
     );
-    // Two blocks: a later one could push one of them out of the option.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options =
-                sack(&[(70_001, 80_001), (50_001, 60_001)]))
-        ),
-        PASS
-    );
     // One block with data beyond it seen: the later ACK reports it again, or more.
     assert_eq!(
         send(
@@ -463,6 +454,33 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
             &with(40_001, &|s| s.options = sack(&[(50_001, 60_001)]))
         ),
         DROP
+    );
+    // Two blocks with data beyond both: the later ACK repeats them beside a new one.
+    assert_eq!(
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options =
+                sack(&[(70_001, 80_001), (50_001, 60_001)]))
+        ),
+        DROP
+    );
+    // Three fill the options beside timestamps: a new block could push one out.
+    assert_eq!(
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options =
+                sack(&[(90_001, 95_001), (70_001, 80_001), (50_001, 60_001)]))
+        ),
+        PASS
+    );
+    // A D-SACK within another block reports a duplicate segment no later ACK repeats.
+    assert_eq!(
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options =
+                sack(&[(70_001, 71_001), (70_001, 80_001)]))
+        ),
+        PASS
     );
     // An option the filter does not know (MPTCP, kind 30).
     assert_eq!(
@@ -501,6 +519,7 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
     assert_eq!(h.view().stats.ack_seen, seen_before);
     assert_eq!(kept(&h, KeepReason::Duplicate), 2);
     assert_eq!(kept(&h, KeepReason::Sack), 2);
+    assert_eq!(kept(&h, KeepReason::SackFull), 1);
     assert_eq!(kept(&h, KeepReason::UnknownOption), 1);
     assert_eq!(kept(&h, KeepReason::Ecn), 1);
 }
