@@ -88,12 +88,11 @@ pub struct AckSeen {
     /// The raw window field (the scale is the connection's, the same for all its ACKs).
     pub window: u16,
     pub flags: u8,
-    /// It carries SACK blocks.
-    pub sack: bool,
-    /// Its first SACK block, `[start, end)`: the one holding the segment the receiver got last
-    /// (RFC 2018), or a D-SACK (RFC 2883).
-    pub sack_start: u32,
-    pub sack_end: u32,
+    /// Its SACK blocks, in the order sent: the first holds the segment the receiver got last
+    /// (RFC 2018), or is a D-SACK (RFC 2883); the others repeat the most recently reported.
+    pub sack: [SackBlock; MAX_SACK_BLOCKS],
+    /// How many of `sack` it carries.
+    pub sack_count: u8,
     /// The furthest any of its SACK blocks reaches.
     pub sack_reach: u32,
     /// The first block lies within another one: a D-SACK above the cumulative ACK.
@@ -104,6 +103,36 @@ pub struct AckSeen {
     /// It carries an option other than NOP, EOL, timestamps and SACK, or options that do not
     /// parse.
     pub unknown_option: bool,
+}
+
+impl AckSeen {
+    pub const fn has_sack(&self) -> bool {
+        self.sack_count > 0
+    }
+
+    /// Its last SACK block: the one the receiver's next ACK leaves out to report a new block
+    /// when the option is full.
+    pub const fn last_sack(&self) -> SackBlock {
+        self.sack[(self.sack_count as usize).wrapping_sub(1) & (MAX_SACK_BLOCKS - 1)]
+    }
+}
+
+/// The most SACK blocks an option holds (40 bytes of options, 8 per block).
+pub const MAX_SACK_BLOCKS: usize = 4;
+
+/// A SACK block: the receiver holds `[start, end)`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SackBlock {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl SackBlock {
+    /// Whether it lies within `other`.
+    pub const fn within(self, other: SackBlock) -> bool {
+        !after(other.start, self.start) && !after(self.end, other.end)
+    }
 }
 
 /// Per ACK flow (the direction the ACKs travel), written by the filter.
@@ -119,6 +148,11 @@ pub struct AckState {
     /// The flow's packets scheduled to leave until then were overtaken by an ACK sent first
     /// ([`jumps_queue`]): the ACKs among them tell the sender nothing it does not know.
     pub stale_until_ns: u64,
+    /// What the flow's kept ACKs have told the sender (see [`AckState::told`]): the highest ACK
+    /// number, and the SACK blocks of the last one.
+    pub told_ack: u32,
+    pub told_count: u32,
+    pub told_sack: [SackBlock; MAX_SACK_BLOCKS],
 }
 
 /// How many of a flow's packets are still ahead of `now` on the link, from when its two most
@@ -334,14 +368,16 @@ pub fn decide(
     // unless the option is full and a new block pushes the oldest out. A D-SACK (at or below
     // the cumulative ACK, or within another block, RFC 2883) reports a duplicate no later ACK
     // repeats.
-    let sack_covered = seen.sack
+    let sack_covered = seen.has_sack()
         && !seen.sack_duplicate
-        && after(seen.sack_start, seen.ack)
+        && after(seen.sack[0].start, seen.ack)
         && data.is_some_and(|d| d.data_beyond(seen.sack_reach));
-    if seen.sack && !sack_covered {
+    if seen.has_sack() && !sack_covered {
         return keep(KeepReason::Sack);
     }
-    if seen.sack_full {
+    // The block the next ACK would push out of a full option must have reached the sender
+    // already, in an ACK kept before.
+    if seen.sack_full && !state.told(seen.last_sack()) {
         return keep(KeepReason::SackFull);
     }
     if state.seen == 0 {
@@ -411,6 +447,24 @@ pub const fn jumps_queue(mode: AckFilter, reason: KeepReason, fresh: u32) -> boo
 }
 
 impl AckState {
+    /// Whether the flow's kept ACKs have told the sender that the receiver holds `block`: it
+    /// is at or below the highest ACK number they carried, or within a SACK block of the last
+    /// one. The last kept ACK's blocks are the receiver's most recent; an older block it left
+    /// out counts as not told, which only keeps an ACK. An ACK kept here and dropped later on
+    /// its way (by the AQM, or downstream) is counted as told all the same: the sender then
+    /// misses that block as after any lost ACK whose blocks no later one repeats, and at worst
+    /// sends its data again.
+    pub fn told(&self, block: SackBlock) -> bool {
+        if !after(block.end, self.told_ack) {
+            return true;
+        }
+        let mut told = false;
+        for (i, t) in self.told_sack.iter().enumerate() {
+            told |= (i as u32) < self.told_count && block.within(*t);
+        }
+        told
+    }
+
     /// An ACK was sent first, ahead of the flow's packets scheduled to leave until
     /// `latest_depart_ns`.
     pub fn overtaken(&mut self, latest_depart_ns: u64) {
@@ -420,13 +474,20 @@ impl AckState {
     }
 }
 
-/// Updates the flow's state with an ACK seen (kept or dropped).
-pub fn record(state: &mut AckState, seen: &AckSeen) {
+/// Updates the flow's state with an ACK seen, `kept` or dropped.
+pub fn record(state: &mut AckState, seen: &AckSeen, kept: bool) {
     if state.seen == 0 || after(seen.ack, state.last_ack) {
         state.last_ack = seen.ack;
     }
     state.window = seen.window;
     state.flags = seen.flags;
+    if kept {
+        if state.seen == 0 || after(seen.ack, state.told_ack) {
+            state.told_ack = seen.ack;
+        }
+        state.told_count = seen.sack_count as u32;
+        state.told_sack = seen.sack;
+    }
     state.seen = 1;
 }
 
@@ -461,21 +522,26 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
             seen.unknown_option = true;
             return;
         }
-        seen.sack = true;
         let word = |i: usize| u32::from_be_bytes([byte(i), byte(i + 1), byte(i + 2), byte(i + 3)]);
         let blocks = (olen - 2) / 8;
-        seen.sack_start = word(at + 4);
-        seen.sack_end = word(at + 8);
-        seen.sack_reach = seen.sack_end;
-        for b in 1..4 {
+        seen.sack_count = blocks as u8;
+        for (b, block) in seen.sack.iter_mut().enumerate() {
             if b < blocks {
-                let (start, end) = (word(at + 4 + 8 * b), word(at + 8 + 8 * b));
-                if after(end, seen.sack_reach) {
-                    seen.sack_reach = end;
+                *block = SackBlock {
+                    start: word(at + 4 + 8 * b),
+                    end: word(at + 8 + 8 * b),
+                };
+            }
+        }
+        let first = seen.sack[0];
+        seen.sack_reach = first.end;
+        for b in 1..MAX_SACK_BLOCKS {
+            if b < blocks {
+                let block = seen.sack[b];
+                if after(block.end, seen.sack_reach) {
+                    seen.sack_reach = block.end;
                 }
-                if !after(start, seen.sack_start) && !after(seen.sack_end, end) {
-                    seen.sack_duplicate = true;
-                }
+                seen.sack_duplicate |= first.within(block);
             }
         }
         at += 2 + olen;
@@ -511,7 +577,7 @@ mod tests {
             window: 500,
             flags: ACK,
             seen: 1,
-            stale_until_ns: 0,
+            ..Default::default()
         }
     }
 
@@ -631,7 +697,7 @@ mod tests {
         );
         assert_eq!(
             keep(AckSeen {
-                sack: true,
+                sack_count: 1,
                 ..ack(2000)
             }),
             AckVerdict::Keep(KeepReason::Sack)
@@ -730,7 +796,7 @@ mod tests {
             o[..bytes.len()].copy_from_slice(bytes);
             let mut s = AckSeen::default();
             scan_options(&o, bytes.len(), &mut s);
-            (s.sack, s.unknown_option)
+            (s.has_sack(), s.unknown_option)
         };
         let ts = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
         assert_eq!(scan(&ts), (false, false));
@@ -765,8 +831,8 @@ mod tests {
     #[test]
     fn record_keeps_the_highest_ack() {
         let mut st = AckState::default();
-        record(&mut st, &ack(2000));
-        record(&mut st, &ack(1500));
+        record(&mut st, &ack(2000), false);
+        record(&mut st, &ack(1500), false);
         assert_eq!((st.last_ack, st.seen), (2000, 1));
     }
 
@@ -872,7 +938,11 @@ mod tests {
         let mut buf = [0u8; 64];
         buf[..o.len()].copy_from_slice(&o);
         scan_options(&buf, o.len(), &mut seen);
-        assert!(seen.sack && !seen.unknown_option);
+        assert!(!seen.unknown_option);
+        assert_eq!(seen.sack_count as usize, blocks.len());
+        for (b, (start, end)) in seen.sack.iter().zip(blocks) {
+            assert_eq!((b.start, b.end), (*start, *end));
+        }
         seen
     }
 
@@ -909,13 +979,50 @@ mod tests {
             AckVerdict::Drop
         );
         // Three blocks beside timestamps fill the option: the next ACK may push the oldest out
-        // to report a new one.
+        // to report a new one, unless an ACK kept before told the sender of it.
         let three = sacked(2000, &[(11_000, 12_000), (5000, 6000), (8000, 9000)]);
         assert!(three.sack_full);
         assert_eq!(
             decide(c, &three, &st, Some(&pushed(20_000)), 2),
             AckVerdict::Keep(KeepReason::SackFull)
         );
+        let mut told = st;
+        record(&mut told, &sacked(2000, &[(8000, 9000)]), true);
+        assert_eq!(
+            decide(c, &three, &told, Some(&pushed(20_000)), 2),
+            AckVerdict::Drop
+        );
+        // A dropped ACK tells the sender nothing.
+        let mut dropped = st;
+        record(&mut dropped, &sacked(2000, &[(8000, 9000)]), false);
+        assert_eq!(
+            decide(c, &three, &dropped, Some(&pushed(20_000)), 2),
+            AckVerdict::Keep(KeepReason::SackFull)
+        );
+        // The block has grown since the sender was told of it: the growth is news.
+        let mut smaller = st;
+        record(&mut smaller, &sacked(2000, &[(8000, 8500)]), true);
+        assert_eq!(
+            decide(c, &three, &smaller, Some(&pushed(20_000)), 2),
+            AckVerdict::Keep(KeepReason::SackFull)
+        );
+        // The last kept ACK replaces what the sender was told of blocks; a cumulative ACK
+        // tells it of all below.
+        record(&mut told, &sacked(2000, &[(11_000, 12_000)]), true);
+        assert_eq!(
+            decide(c, &three, &told, Some(&pushed(20_000)), 2),
+            AckVerdict::Keep(KeepReason::SackFull)
+        );
+        let mut acked = st;
+        record(&mut acked, &ack(9000), true);
+        assert!(acked.told(SackBlock {
+            start: 8000,
+            end: 9000
+        }));
+        assert!(!acked.told(SackBlock {
+            start: 8000,
+            end: 9001
+        }));
         // Without timestamps four blocks fit: three leave room for the next.
         let mut seen = super::tests::ack(2000);
         let o = &sack_options(&[(11_000, 12_000), (5000, 6000), (8000, 9000)])[12..];
@@ -923,8 +1030,8 @@ mod tests {
         buf[..o.len()].copy_from_slice(o);
         scan_options(&buf, o.len(), &mut seen);
         assert_eq!(
-            (seen.sack, seen.sack_full, seen.sack_reach),
-            (true, false, 12_000)
+            (seen.sack_count, seen.sack_full, seen.sack_reach),
+            (3, false, 12_000)
         );
         assert_eq!(
             decide(c, &seen, &st, Some(&pushed(20_000)), 2),

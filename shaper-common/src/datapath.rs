@@ -563,7 +563,7 @@ const _: () = {
                 + 2 * MAX_TINS
                 + KeepReason::COUNT)
     );
-    assert!(core::mem::size_of::<AckState>() == 16);
+    assert!(core::mem::size_of::<AckState>() == 56);
     assert!(core::mem::size_of::<ReverseState>() == 8);
 };
 

@@ -90,13 +90,7 @@ pub fn filter(
         ack: info.tcp_ack,
         window: info.tcp_window,
         flags: info.tcp_flags,
-        sack: false,
-        sack_start: 0,
-        sack_end: 0,
-        sack_reach: 0,
-        sack_duplicate: false,
-        sack_full: false,
-        unknown_option: false,
+        ..AckSeen::default()
     };
     let options = (info.tcp_header_len as usize).saturating_sub(20);
     if options > 40 {
@@ -139,7 +133,7 @@ pub fn filter(
     let (last, prev) = on_wire;
     let ahead = Ahead::of(last, prev, now, state);
     let verdict = decide(mode, &seen, state, data, ahead);
-    record(state, &seen);
+    record(state, &seen, verdict != AckVerdict::Drop);
     match verdict {
         AckVerdict::Drop => {
             stats.ack_dropped += 1;

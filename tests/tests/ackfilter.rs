@@ -443,7 +443,7 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
     assert_eq!(
         send(
             &mut h,
-            &with(40_001, &|s| s.options = sack(&[(50_001, 1_000_001)]))
+            &with(40_001, &|s| s.options = sack(&[(999_001, 1_000_001)]))
         ),
         PASS
     );
@@ -464,7 +464,7 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
         ),
         DROP
     );
-    // Three fill the options beside timestamps: a new block could push one out.
+    // Three fill the options beside timestamps: a new block could push the last one out...
     assert_eq!(
         send(
             &mut h,
@@ -472,6 +472,15 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
                 sack(&[(90_001, 95_001), (70_001, 80_001), (50_001, 60_001)]))
         ),
         PASS
+    );
+    // ...unless an ACK kept before (that one) told the sender of it.
+    assert_eq!(
+        send(
+            &mut h,
+            &with(40_001, &|s| s.options =
+                sack(&[(96_001, 97_001), (90_001, 95_001), (70_001, 80_001)]))
+        ),
+        DROP
     );
     // A D-SACK within another block reports a duplicate segment no later ACK repeats.
     assert_eq!(
