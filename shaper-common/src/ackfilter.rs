@@ -931,13 +931,18 @@ mod tests {
         o
     }
 
-    /// An ACK for `ack` with timestamps and SACK `blocks`, as the scan reads it.
-    fn sacked(ack: u32, blocks: &[(u32, u32)]) -> AckSeen {
-        let o = sack_options(blocks);
+    /// An ACK for `ack` with `options`, as the scan reads them.
+    fn scanned(ack: u32, options: &[u8]) -> AckSeen {
         let mut seen = super::tests::ack(ack);
         let mut buf = [0u8; 64];
-        buf[..o.len()].copy_from_slice(&o);
-        scan_options(&buf, o.len(), &mut seen);
+        buf[..options.len()].copy_from_slice(options);
+        scan_options(&buf, options.len(), &mut seen);
+        seen
+    }
+
+    /// An ACK for `ack` with timestamps and SACK `blocks`, as the scan reads it.
+    fn sacked(ack: u32, blocks: &[(u32, u32)]) -> AckSeen {
+        let seen = scanned(ack, &sack_options(blocks));
         assert!(!seen.unknown_option);
         assert_eq!(seen.sack_count as usize, blocks.len());
         for (b, (start, end)) in seen.sack.iter().zip(blocks) {
@@ -986,24 +991,25 @@ mod tests {
             decide(c, &three, &st, Some(&pushed(20_000)), 2),
             AckVerdict::Keep(KeepReason::SackFull)
         );
-        let mut told = st;
-        record(&mut told, &sacked(2000, &[(8000, 9000)]), true);
-        assert_eq!(
-            decide(c, &three, &told, Some(&pushed(20_000)), 2),
-            AckVerdict::Drop
-        );
+        // `three` after an earlier ACK carrying `block`, kept or not.
+        let after_one = |block: (u32, u32), kept: bool| {
+            let mut earlier = st;
+            record(&mut earlier, &sacked(2000, &[block]), kept);
+            (
+                decide(c, &three, &earlier, Some(&pushed(20_000)), 2),
+                earlier,
+            )
+        };
+        let (verdict, mut told) = after_one((8000, 9000), true);
+        assert_eq!(verdict, AckVerdict::Drop);
         // A dropped ACK tells the sender nothing.
-        let mut dropped = st;
-        record(&mut dropped, &sacked(2000, &[(8000, 9000)]), false);
         assert_eq!(
-            decide(c, &three, &dropped, Some(&pushed(20_000)), 2),
+            after_one((8000, 9000), false).0,
             AckVerdict::Keep(KeepReason::SackFull)
         );
         // The block has grown since the sender was told of it: the growth is news.
-        let mut smaller = st;
-        record(&mut smaller, &sacked(2000, &[(8000, 8500)]), true);
         assert_eq!(
-            decide(c, &three, &smaller, Some(&pushed(20_000)), 2),
+            after_one((8000, 8500), true).0,
             AckVerdict::Keep(KeepReason::SackFull)
         );
         // The last kept ACK replaces what the sender was told of blocks; a cumulative ACK
@@ -1024,11 +1030,10 @@ mod tests {
             end: 9001
         }));
         // Without timestamps four blocks fit: three leave room for the next.
-        let mut seen = super::tests::ack(2000);
-        let o = &sack_options(&[(11_000, 12_000), (5000, 6000), (8000, 9000)])[12..];
-        let mut buf = [0u8; 64];
-        buf[..o.len()].copy_from_slice(o);
-        scan_options(&buf, o.len(), &mut seen);
+        let seen = scanned(
+            2000,
+            &sack_options(&[(11_000, 12_000), (5000, 6000), (8000, 9000)])[12..],
+        );
         assert_eq!(
             (seen.sack_count, seen.sack_full, seen.sack_reach),
             (3, false, 12_000)
