@@ -7,7 +7,7 @@ use serde::Deserialize;
 use shaper_common::{
     ackfilter::AckFilter,
     aqm::{self, AqmParams},
-    datapath::{ShaperConfig, calendar_bin_ns},
+    datapath::{LENT_WINDOW_FRAMES, ShaperConfig, calendar_bin_ns},
     diffserv::Diffserv,
     edt,
     isolation::{Isolation, prefix_mask},
@@ -411,7 +411,8 @@ impl Settings {
             ack_filter: self.ack_filter as u32,
             split_gso_segs: 0,
             segmenter_ifindex: 0,
-            _pad2: 0,
+            lent_window_ns: edt::tx_time_ns(frame_bytes as u64 * LENT_WINDOW_FRAMES, ns_per_byte_fp)
+                .min(u32::MAX as u64) as u32,
         }
     }
 
@@ -563,6 +564,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot read config file"), "{err}");
+    }
+
+    #[test]
+    fn a_lent_packet_counts_as_ahead_for_two_frames_at_the_rate() {
+        // 2 × 1514 bytes at 950 kbit/s: 25.5 ms; at 50 Mbit/s 0.48 ms; at 1 kbit/s the u32
+        // saturates (24 s would not fit) rather than wrapping to a short window.
+        let window = |rate: &str| {
+            Settings::resolve(cli("eth0", rate), None)
+                .unwrap()
+                .datapath_config(1514, 65_536)
+                .lent_window_ns
+        };
+        assert!((25_498_000..25_500_000).contains(&window("950kbit")));
+        assert!((484_000..485_000).contains(&window("50mbit")));
+        assert_eq!(window("1kbit"), u32::MAX);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     ackfilter::{AckFilter, KeepReason, tcp_flags::*},
     datapath::ShaperConfig,
+    edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
 use shaper_tests::{
@@ -316,10 +317,6 @@ fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
     }
     let start = monotonic_now_ns();
     assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
-    let sleep_until = |t: u64| {
-        let now = monotonic_now_ns();
-        std::thread::sleep(std::time::Duration::from_nanos(t.saturating_sub(now)));
-    };
     // Into the bin after the one it was sent in, the frames still on the link.
     sleep_until((start / bin + 1) * bin + 1_000_000);
     assert_eq!(
@@ -334,6 +331,43 @@ fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
         send(&mut h, &Seg::ack(30_001)),
         PASS,
         "the link has reached where the first ACK was booked"
+    );
+    assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
+}
+
+fn sleep_until(t: u64) {
+    let now = monotonic_now_ns();
+    std::thread::sleep(std::time::Duration::from_nanos(t.saturating_sub(now)));
+}
+
+#[test]
+fn a_lent_ack_counts_as_ahead_no_longer_than_its_window_after_it_left() {
+    // The same bookings as above (the ACK's wire time behind two frames of another flow, about
+    // 240 ms ahead at 100 kbit/s), with a window of one frame's wire time (121 ms; the control
+    // plane sets `LENT_WINDOW_FRAMES` of them). Within it the covered ACK is dropped; past it
+    // the next one is kept, though the calendar's booking is still ahead.
+    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
+    let config = ShaperConfig {
+        lent_window_ns: frame_ns as u32,
+        ..with_short_bins(aggressive_per_flow())
+    };
+    let mut h = Harness::new(config);
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+    let bulk = full_frame_of_another_flow();
+    for _ in 0..2 {
+        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    }
+    let start = monotonic_now_ns();
+    assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
+    sleep_until(start + frame_ns / 2);
+    assert_eq!(send(&mut h, &Seg::ack(20_001)), DROP, "within the window");
+    sleep_until(start + frame_ns + 20_000_000);
+    let before = kept(&h, KeepReason::FewScheduled);
+    assert_eq!(
+        send(&mut h, &Seg::ack(30_001)),
+        PASS,
+        "past the window, the booking still ahead"
     );
     assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
 }
