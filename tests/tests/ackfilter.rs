@@ -299,6 +299,38 @@ fn a_lent_ack_does_not_clock_a_drop_whose_later_ack_needs_the_sender() {
     assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
 }
 
+/// An aggressive filter's ACK flow with data beyond its ACKs seen, two full frames of another
+/// flow booked on the link, and the flow's first ACK sent: lent a departure, its wire time
+/// booked behind the frames. Returns when it was sent.
+fn lent_ack_behind_two_frames(config: ShaperConfig) -> (Harness, u64) {
+    let mut h = Harness::new(config);
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
+    let bulk = full_frame_of_another_flow();
+    for _ in 0..2 {
+        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    }
+    let start = monotonic_now_ns();
+    assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
+    (h, start)
+}
+
+/// A covered ACK sent at `drop_at` is dropped (the lent one still ahead), the next, at
+/// `keep_at`, kept (it no longer is).
+fn dropped_then_kept(h: &mut Harness, drop_at: u64, keep_at: u64, why: [&str; 2]) {
+    sleep_until(drop_at);
+    assert_eq!(send(h, &Seg::ack(20_001)), DROP, "{}", why[0]);
+    sleep_until(keep_at);
+    let before = kept(h, KeepReason::FewScheduled);
+    assert_eq!(send(h, &Seg::ack(30_001)), PASS, "{}", why[1]);
+    assert_eq!(kept(h, KeepReason::FewScheduled), before + 1);
+}
+
+fn sleep_until(t: u64) {
+    let now = monotonic_now_ns();
+    std::thread::sleep(std::time::Duration::from_nanos(t.saturating_sub(now)));
+}
+
 #[test]
 fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
     // Bins sized for full frames (60 ms at 100 kbit/s): two frames of another flow book the
@@ -308,68 +340,41 @@ fn a_lent_ack_counts_as_ahead_until_where_the_calendar_booked_its_wire_time() {
     // once the link has reached its booking it reads as gone, and the next one is kept.
     let config = with_short_bins(aggressive_per_flow());
     let bin = config.calendar_bin_ns;
-    let mut h = Harness::new(config);
-    h.run_ingress(&Seg::data(1, 1000).frame(false));
-    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
-    let bulk = full_frame_of_another_flow();
-    for _ in 0..2 {
-        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
-    }
-    let start = monotonic_now_ns();
-    assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
-    // Into the bin after the one it was sent in, the frames still on the link.
-    sleep_until((start / bin + 1) * bin + 1_000_000);
-    assert_eq!(
-        send(&mut h, &Seg::ack(20_001)),
-        DROP,
-        "the first ACK is booked behind the frames"
+    let (mut h, start) = lent_ack_behind_two_frames(config);
+    dropped_then_kept(
+        &mut h,
+        // Into the bin after the one it was sent in, the frames still on the link.
+        (start / bin + 1) * bin + 1_000_000,
+        // The frames (121 ms each) and the ACK have had their wire time.
+        (start / bin + 6) * bin,
+        [
+            "the first ACK is booked behind the frames",
+            "the link has reached where the first ACK was booked",
+        ],
     );
-    // The frames (121 ms each) and the ACK have had their wire time.
-    sleep_until((start / bin + 6) * bin);
-    let before = kept(&h, KeepReason::FewScheduled);
-    assert_eq!(
-        send(&mut h, &Seg::ack(30_001)),
-        PASS,
-        "the link has reached where the first ACK was booked"
-    );
-    assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
-}
-
-fn sleep_until(t: u64) {
-    let now = monotonic_now_ns();
-    std::thread::sleep(std::time::Duration::from_nanos(t.saturating_sub(now)));
 }
 
 #[test]
 fn a_lent_ack_counts_as_ahead_no_longer_than_its_window_after_it_left() {
-    // The same bookings as above (the ACK's wire time behind two frames of another flow, about
-    // 240 ms ahead at 100 kbit/s), with a window of one frame's wire time (121 ms; the control
-    // plane sets `LENT_WINDOW_FRAMES` of them). Within it the covered ACK is dropped; past it
-    // the next one is kept, though the calendar's booking is still ahead.
+    // The same bookings (the ACK's wire time behind two frames of another flow, about 240 ms
+    // ahead at 100 kbit/s), with a window of one frame's wire time (121 ms; the control plane
+    // sets `LENT_WINDOW_FRAMES` of them). Within it the covered ACK is dropped; past it the
+    // next one is kept, though the calendar's booking is still ahead.
     let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
     let config = ShaperConfig {
         lent_window_ns: frame_ns as u32,
         ..with_short_bins(aggressive_per_flow())
     };
-    let mut h = Harness::new(config);
-    h.run_ingress(&Seg::data(1, 1000).frame(false));
-    h.run_ingress(&Seg::data(99_001, 1000).frame(false));
-    let bulk = full_frame_of_another_flow();
-    for _ in 0..2 {
-        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
-    }
-    let start = monotonic_now_ns();
-    assert_eq!(send(&mut h, &Seg::ack(10_001)), PASS);
-    sleep_until(start + frame_ns / 2);
-    assert_eq!(send(&mut h, &Seg::ack(20_001)), DROP, "within the window");
-    sleep_until(start + frame_ns + 20_000_000);
-    let before = kept(&h, KeepReason::FewScheduled);
-    assert_eq!(
-        send(&mut h, &Seg::ack(30_001)),
-        PASS,
-        "past the window, the booking still ahead"
+    let (mut h, start) = lent_ack_behind_two_frames(config);
+    dropped_then_kept(
+        &mut h,
+        start + frame_ns / 2,
+        start + frame_ns + 20_000_000,
+        [
+            "within the window",
+            "past the window, the booking still ahead",
+        ],
     );
-    assert_eq!(kept(&h, KeepReason::FewScheduled), before + 1);
 }
 
 #[test]
