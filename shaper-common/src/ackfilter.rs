@@ -9,7 +9,7 @@
 //! write is still to come), and the flow still has ACKs scheduled ahead (the sender is not
 //! left without an ACK clock meanwhile).
 
-use crate::datapath::LENT;
+use crate::{branchless, datapath::LENT};
 
 /// `--ack-filter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -170,6 +170,17 @@ pub const fn scheduled_ahead(
 
 const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
     (on_wire_ns & !LENT) > now_ns && (lent || on_wire_ns & LENT == 0)
+}
+
+/// What a flow's state records as when a packet goes on the link, from what the calendar
+/// returned for it (`booked`, at `now_ns`): its departure, or for a packet it lent to, where it
+/// booked its wire time marked [`LENT`], but no more than `window_ns` ahead
+/// (`datapath::LENT_WINDOW_FRAMES`; zero: unbounded).
+#[inline(always)]
+pub fn on_wire(booked: u64, now_ns: u64, window_ns: u64) -> u64 {
+    let lent = booked >> LENT.trailing_zeros();
+    let bounded = LENT | branchless::min(booked & !LENT, now_ns + window_ns);
+    branchless::select(lent & (window_ns != 0) as u64, bounded, booked)
 }
 
 /// The later departure of a flow's two most recent packets, not counting lent ones (they have
@@ -862,6 +873,24 @@ mod tests {
         assert_eq!(
             decide(c, &ack(2000), st, Some(&mid), ahead),
             AckVerdict::Keep(KeepReason::FewScheduled)
+        );
+    }
+
+    #[test]
+    fn a_lent_packet_is_recorded_no_further_ahead_than_its_window() {
+        let now = 1_000 * MS;
+        // A departure is recorded as it is, however far ahead.
+        assert_eq!(on_wire(now + 50 * MS, now, 2 * MS), now + 50 * MS);
+        // A lent packet: where the calendar booked it, within the window or capped to it.
+        assert_eq!(on_wire(LENT | (now + MS), now, 2 * MS), LENT | (now + MS));
+        assert_eq!(
+            on_wire(LENT | (now + 50 * MS), now, 2 * MS),
+            LENT | (now + 2 * MS)
+        );
+        // No window: the booking.
+        assert_eq!(
+            on_wire(LENT | (now + 50 * MS), now, 0),
+            LENT | (now + 50 * MS)
         );
     }
 

@@ -15,6 +15,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
+    ackfilter,
     aqm::{self, Verdict},
     branchless,
     datapath::{
@@ -305,10 +306,7 @@ pub fn schedule(
     flow.last_depart_ns = branchless::select(jumps, flow.last_depart_ns, depart);
     let (last, prev) = (flow.last_on_wire_ns, flow.prev_on_wire_ns);
     flow.prev_on_wire_ns = branchless::select(jumps, prev, last);
-    // A lent packet counts as on its way for no more than the window (`LENT_WINDOW_FRAMES`).
-    let window = config.lent_window_ns as u64;
-    let capped = LENT | branchless::min(booked & !LENT, now + window);
-    let on_wire = branchless::select(lent & (window != 0) as u64, capped, booked);
+    let on_wire = ackfilter::on_wire(booked, now, config.lent_window_ns as u64);
     flow.last_on_wire_ns = branchless::select(jumps, last, on_wire);
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);

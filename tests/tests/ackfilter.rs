@@ -478,58 +478,44 @@ fn every_eligibility_rule_keeps_what_no_later_ack_repeats() {
         }
         o
     };
-    // One block reaching the end of the data seen: nothing says another ACK comes.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options = sack(&[(999_001, 1_000_001)]))
+    // In order: a kept ACK's blocks count as told for the ones after it.
+    type Case<'a> = (&'a [(u32, u32)], u32, &'a str);
+    let cases: [Case; 6] = [
+        (
+            &[(999_001, 1_000_001)],
+            PASS,
+            "one block reaching the end of the data seen: nothing says another ACK comes",
         ),
-        PASS
-    );
-    // One block with data beyond it seen: the later ACK reports it again, or more.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options = sack(&[(50_001, 60_001)]))
+        (
+            &[(50_001, 60_001)],
+            DROP,
+            "one block with data beyond it seen: the later ACK reports it again, or more",
         ),
-        DROP
-    );
-    // Two blocks with data beyond both: the later ACK repeats them beside a new one.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options =
-                sack(&[(70_001, 80_001), (50_001, 60_001)]))
+        (
+            &[(70_001, 80_001), (50_001, 60_001)],
+            DROP,
+            "two blocks with data beyond both: the later ACK repeats them beside a new one",
         ),
-        DROP
-    );
-    // Three fill the options beside timestamps: a new block could push the last one out...
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options =
-                sack(&[(90_001, 95_001), (70_001, 80_001), (50_001, 60_001)]))
+        (
+            &[(90_001, 95_001), (70_001, 80_001), (50_001, 60_001)],
+            PASS,
+            "three fill the options beside timestamps: a new block could push the last one out",
         ),
-        PASS
-    );
-    // ...unless an ACK kept before (that one) told the sender of it.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options =
-                sack(&[(96_001, 97_001), (90_001, 95_001), (70_001, 80_001)]))
+        (
+            &[(96_001, 97_001), (90_001, 95_001), (70_001, 80_001)],
+            DROP,
+            "unless an ACK kept before (the one above) told the sender of it",
         ),
-        DROP
-    );
-    // A D-SACK within another block reports a duplicate segment no later ACK repeats.
-    assert_eq!(
-        send(
-            &mut h,
-            &with(40_001, &|s| s.options =
-                sack(&[(70_001, 71_001), (70_001, 80_001)]))
+        (
+            &[(70_001, 71_001), (70_001, 80_001)],
+            PASS,
+            "a D-SACK within another block reports a duplicate segment no later ACK repeats",
         ),
-        PASS
-    );
+    ];
+    for (blocks, verdict, why) in cases {
+        let seg = with(40_001, &|s| s.options = sack(blocks));
+        assert_eq!(send(&mut h, &seg), verdict, "{why}");
+    }
     // An option the filter does not know (MPTCP, kind 30).
     assert_eq!(
         send(&mut h, &with(50_001, &|s| s.options = vec![30, 4, 0, 0])),
