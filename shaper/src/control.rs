@@ -119,10 +119,11 @@ const BOOST_FULL: f64 = 0.995;
 /// Factor per tick by which a boost that is more than its host needs returns towards 1.
 const BOOST_DECAY: f64 = 0.97;
 
-/// The next factor on a bottlenecked host's flow level. A flow paced at exactly its share
-/// rarely achieves it: each time its next packet comes late (a TCP Small Queues completion, a
-/// scheduling delay, a push by the calendar) the wire time is lost, and a single flow loses
-/// more than ten that cover for each other. So a host that is bottlenecked here but carried
+/// The next factor on a bottlenecked host's flow level, from its share of its allocation
+/// carried (over enough of its bytes, [`HostWindow::carried_rate_bps`]). A flow paced at
+/// exactly its share rarely achieves it: each time its next packet comes late (a TCP Small
+/// Queues completion, a scheduling delay, a push by the calendar) the wire time is lost, and a
+/// single flow loses more than ten that cover for each other. So a host that is bottlenecked here but carried
 /// less than its allocation gets its flows paced faster, by the square root of the shortfall
 /// per tick (damped), up to [`MAX_BOOST`]; the host's guard clock still holds it to its
 /// allocation, so the boost only recovers lost time. A host at or above its allocation, or no
@@ -133,11 +134,10 @@ const BOOST_DECAY: f64 = 0.97;
 /// Held instead, a boost grown while TCP flows started stayed for good, and the one flow that
 /// never backs off (unresponsive UDP beside four TCP flows) took its boosted level, 1.1-1.2
 /// times its share, from its host's TCP flows.
-pub fn next_boost(boost: f64, allocation_bps: f64, rate_bps: f64, bottlenecked: bool) -> f64 {
-    if !bottlenecked || rate_bps <= 0.0 || allocation_bps <= 0.0 {
+pub fn next_boost(boost: f64, carried: f64, bottlenecked: bool) -> f64 {
+    if !bottlenecked || carried <= 0.0 {
         return 1.0;
     }
-    let carried = rate_bps / allocation_bps;
     if (BOOST_FULL..=1.0).contains(&carried) {
         return (boost * BOOST_DECAY).clamp(1.0, MAX_BOOST);
     }
@@ -288,12 +288,8 @@ impl Controller {
             let boost = match self.seen.get_mut(key) {
                 Some(seen) => {
                     seen.measured = true;
-                    seen.boost = next_boost(
-                        seen.boost,
-                        *allocation_bps,
-                        sample.rate_bps,
-                        sample.bottlenecked(),
-                    );
+                    let carried = seen.window.carried_rate_bps() / allocation_bps.max(1.0);
+                    seen.boost = next_boost(seen.boost, carried, sample.bottlenecked());
                     seen.boost
                 }
                 None => 1.0,
@@ -391,26 +387,52 @@ mod tests {
     #[test]
     fn boost_recovers_a_shortfall_and_stays_bounded() {
         // A bottlenecked host carrying 85% of its allocation is paced faster, damped.
-        let b = next_boost(1.0, 50e6, 42.5e6, true);
-        assert!(close(b, (50.0f64 / 42.5).sqrt()), "{b}");
+        let b = next_boost(1.0, 0.85, true);
+        assert!(close(b, (1.0f64 / 0.85).sqrt()), "{b}");
         // Repeated shortfalls grow it to the bound, no further.
         let mut b = 1.0;
         for _ in 0..50 {
-            b = next_boost(b, 50e6, 25e6, true);
+            b = next_boost(b, 0.5, true);
         }
         assert!(close(b, MAX_BOOST), "{b}");
         // Above its allocation it shrinks; never below 1; limited elsewhere it is 1.
-        assert!(next_boost(1.2, 50e6, 55e6, true) < 1.2);
-        assert!(close(next_boost(1.0, 50e6, 80e6, true), 1.0));
-        assert!(close(next_boost(1.4, 50e6, 10e6, false), 1.0));
+        assert!(next_boost(1.2, 1.1, true) < 1.2);
+        assert!(close(next_boost(1.0, 1.6, true), 1.0));
+        assert!(close(next_boost(1.4, 0.2, false), 1.0));
         // Within 2% of the allocation it holds, unless the host carries all of it: then it
         // decays, and only towards 1.
-        assert!(close(next_boost(1.2, 50e6, 49.2e6, true), 1.2));
+        assert!(close(next_boost(1.2, 0.984, true), 1.2));
         let mut b = 1.5;
         for _ in 0..100 {
-            b = next_boost(b, 50e6, 49.9e6, true);
+            b = next_boost(b, 0.998, true);
         }
         assert!(close(b, 1.0), "{b}");
+    }
+
+    #[test]
+    fn a_low_rate_host_is_boosted_by_its_mean_shortfall_not_its_noisiest_tick() {
+        // A host carrying 0.95 of its 1 Mbit/s allocation on average, whose ticks read a few
+        // full-size frames more or less.
+        let allocation = 1e6;
+        let ticks = [0.45, 1.55, 1.35, 0.45].iter().cycle().take(60);
+        let (mut window, mut state) = (HostWindow::default(), HostState::default());
+        let (mut boost, mut per_tick) = (1.0, 1.0);
+        let (mut boost_min, mut per_tick_min) = (f64::MAX, f64::MAX);
+        for (i, &share) in ticks.enumerate() {
+            let bytes = (share * allocation / 8.0 * 0.1) as u64;
+            state.bytes += bytes;
+            state.packets += bytes / 1514 + 60;
+            window.record(state, 0.1);
+            boost = next_boost(boost, window.carried_rate_bps() / allocation, true);
+            per_tick = next_boost(per_tick, share, true);
+            if i >= 20 {
+                boost_min = boost_min.min(boost);
+                per_tick_min = per_tick_min.min(per_tick);
+            }
+        }
+        assert!(boost_min > 1.4, "{boost_min}");
+        // Read tick by tick, each tick above the allocation undid the growth before it.
+        assert!(per_tick_min < 1.1, "{per_tick_min}");
     }
 
     #[test]
