@@ -123,11 +123,11 @@ const BOOST_DECAY: f64 = 0.97;
 /// carried (over enough of its bytes, [`HostWindow::carried_rate_bps`]). A flow paced at
 /// exactly its share rarely achieves it: each time its next packet comes late (a TCP Small
 /// Queues completion, a scheduling delay, a push by the calendar) the wire time is lost, and a
-/// single flow loses more than ten that cover for each other. So a host that is bottlenecked here but carried
-/// less than its allocation gets its flows paced faster, by the square root of the shortfall
-/// per tick (damped), up to [`MAX_BOOST`]; the host's guard clock still holds it to its
-/// allocation, so the boost only recovers lost time. A host at or above its allocation, or no
-/// longer bottlenecked, returns towards 1.
+/// single flow loses more than ten that cover for each other. So a host that is bottlenecked
+/// here but carried less than its allocation gets its flows paced faster, by the square root
+/// of the shortfall per tick (damped), up to [`MAX_BOOST`]; the host's guard clock still holds
+/// it to its allocation, so the boost only recovers lost time. A host at or above its
+/// allocation, or no longer bottlenecked, returns towards 1.
 ///
 /// A host that carries its whole allocation lets its boost decay: its guard holds it there,
 /// and the boost beyond what it needs only decides which of its flows the guard serves first.

@@ -249,8 +249,8 @@ mod tests {
 
     #[test]
     fn the_rate_the_boost_reads_holds_enough_full_size_frames() {
-        // Ten frames a tick, stamped in bursts: ticks of 5, 15, 13 and 5 frames (0.95 of a
-        // 1.2 Mbit/s allocation on average), each tick's count also holding 60 small packets.
+        // About ten frames a tick, stamped in bursts: ticks of 5, 15, 13 and 5 frames, each
+        // tick's count also holding 60 small packets (a download's ACKs).
         let pattern = [5u64, 15, 13, 5];
         let ticks: Vec<_> = (0..12)
             .map(|i| {
