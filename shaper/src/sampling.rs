@@ -130,16 +130,21 @@ impl HostWindow {
     /// download's ACKs): at 950 kbit/s one host's ticks read 0.4 to 1.6 times its allocation
     /// while it carried 0.97 of it.
     pub fn carried_rate_bps(&self) -> f64 {
-        let mut bytes = 0.0;
-        let mut seconds = 0.0;
-        for t in self.ticks.iter().rev() {
-            if bytes >= CARRIED_BYTES {
-                break;
-            }
-            bytes += t.bytes;
-            seconds += t.seconds;
-        }
+        let (first, bytes) = self.latest_holding(CARRIED_BYTES, |t| t.bytes);
+        let seconds: f32 = self.ticks.range(first..).map(|t| t.seconds).sum();
         f64::from(bytes) * 8.0 / f64::from(seconds).max(1e-3)
+    }
+
+    /// The first of the most recent ticks that together hold `min` of what `count` counts (the
+    /// oldest tick when the whole window holds less), and how much they hold.
+    fn latest_holding(&self, min: f32, count: impl Fn(&Tick) -> f32) -> (usize, f32) {
+        let mut held = 0.0;
+        let mut first = self.ticks.len();
+        while first > 0 && held < min {
+            first -= 1;
+            held += count(&self.ticks[first]);
+        }
+        (first, held)
     }
 
     /// The host's sample, or `None` when it has left: no packet in the window, or silent for
@@ -149,13 +154,7 @@ impl HostWindow {
         if idle == self.ticks.len() {
             return None;
         }
-        // The most recent ticks holding MIN_PACKETS, or the whole window.
-        let mut packets = 0.0;
-        let mut first = self.ticks.len();
-        while first > 0 && packets < MIN_PACKETS {
-            first -= 1;
-            packets += self.ticks[first].packets;
-        }
+        let (first, packets) = self.latest_holding(MIN_PACKETS, |t| t.packets);
         let window = self.ticks.range(first..);
         let sending_ticks = (self.ticks.len() - idle - first) as f32;
         let allowed_idle = (2.0 * sending_ticks / packets).floor() as usize;
