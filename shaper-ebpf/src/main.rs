@@ -255,12 +255,9 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
     let on_wire = fair::recent_on_wire(info, config);
     match ackfilter::filter(&ctx, info, config, on_wire, now, stats) {
         ackfilter::Filtered::Drop => return TC_ACT_SHOT as i32,
+        ackfilter::Filtered::Keep => {}
         // SAFETY: the context is a valid __sk_buff for the whole run.
-        ackfilter::Filtered::Keep => unsafe { (*ctx.skb.skb).cb[3] = fair::jump::KEPT },
-        // SAFETY: as above.
-        ackfilter::Filtered::KeepFirst => unsafe {
-            (*ctx.skb.skb).cb[3] = fair::jump::KEPT | fair::jump::WANTED
-        },
+        ackfilter::Filtered::KeepFirst => unsafe { (*ctx.skb.skb).cb[3] = fair::jump::WANTED },
     }
     unsafe { PROGRAMS.tail_call(&ctx, program_slots::SCHEDULE) };
     // Not callable: the ACK leaves unshaped, counted.
