@@ -92,7 +92,10 @@ fn check(rs: &[RunResult]) -> Vec<String> {
     // the check is that netem adds what it was told to, over the same path without it. Low
     // deciles, not medians: an emulated CPU fires netem's timers late by a varying fraction of
     // a millisecond, which only ever adds, and the median carries it (21.04 ms once on a
-    // loaded host, for 20.3 at the low decile).
+    // loaded host, for 20.3 at the low decile). So the bound is one-sided in what it forgives:
+    // never less than 19, and up to 2 ms of lateness (21.28 at the low decile once, on a host
+    // at load 1.4); a mistake in the set-up (one direction's delay missing or doubled) is off
+    // by 10 ms and fails either way.
     let base = find(rs, "sanity-link", "none").and_then(|r| r.latency.ping_idle.p10);
     let delayed = find(rs, "sanity-delay", "none").and_then(|r| r.latency.ping_idle.p10);
     if let Some(b) = base {
@@ -101,8 +104,8 @@ fn check(rs: &[RunResult]) -> Vec<String> {
     expect(
         "ping RTT added by 2 x 10 ms of netem, low decile ms",
         base.zip(delayed).map(|(b, d)| d - b),
-        &|v| (v - 20.0).abs() <= 1.0,
-        "20 ± 1",
+        &|v| (19.0..=22.0).contains(&v),
+        "20, 19-22",
     );
     if !failed.is_empty()
         && let Some(r) = rs.first()
