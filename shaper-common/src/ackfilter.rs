@@ -173,14 +173,19 @@ const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
 }
 
 /// What a flow's state records as when a packet goes on the link, from what the calendar
-/// returned for it (`booked`, at `now_ns`): its departure, or for a packet it lent to, where it
-/// booked its wire time marked [`LENT`], but no more than `window_ns` ahead
-/// (`datapath::LENT_WINDOW_FRAMES`; zero: unbounded).
+/// returned for it (`booked`, at `now_ns`) and when it departs (`depart_ns`): its departure,
+/// or for a packet the calendar lent to that leaves now, where it booked its wire time marked
+/// [`LENT`], but no more than `window_ns` ahead (`datapath::LENT_WINDOW_FRAMES`; zero:
+/// unbounded). A lent packet its flow's clock holds until later (a kept ACK, a packet of a host
+/// that goes ahead) has not left: it is scheduled until its departure, like any other.
 #[inline(always)]
-pub fn on_wire(booked: u64, now_ns: u64, window_ns: u64) -> u64 {
+pub fn on_wire(booked: u64, depart_ns: u64, now_ns: u64, window_ns: u64) -> u64 {
     let lent = booked >> LENT.trailing_zeros();
+    let left = lent & (branchless::below(now_ns, depart_ns) ^ 1);
     let bounded = LENT | branchless::min(booked & !LENT, now_ns + window_ns);
-    branchless::select(lent & (window_ns != 0) as u64, bounded, booked)
+    let estimate = branchless::select((window_ns != 0) as u64, bounded, booked);
+    // Not lent: the calendar's answer is the departure.
+    branchless::select(left, estimate, depart_ns)
 }
 
 /// The later departure of a flow's two most recent packets, not counting lent ones (they have
@@ -880,17 +885,29 @@ mod tests {
     fn a_lent_packet_is_recorded_no_further_ahead_than_its_window() {
         let now = 1_000 * MS;
         // A departure is recorded as it is, however far ahead.
-        assert_eq!(on_wire(now + 50 * MS, now, 2 * MS), now + 50 * MS);
-        // A lent packet: where the calendar booked it, within the window or capped to it.
-        assert_eq!(on_wire(LENT | (now + MS), now, 2 * MS), LENT | (now + MS));
         assert_eq!(
-            on_wire(LENT | (now + 50 * MS), now, 2 * MS),
+            on_wire(now + 50 * MS, now + 50 * MS, now, 2 * MS),
+            now + 50 * MS
+        );
+        // A lent packet that leaves now: where the calendar booked it, within the window or
+        // capped to it.
+        assert_eq!(
+            on_wire(LENT | (now + MS), now, now, 2 * MS),
+            LENT | (now + MS)
+        );
+        assert_eq!(
+            on_wire(LENT | (now + 50 * MS), now, now, 2 * MS),
             LENT | (now + 2 * MS)
         );
         // No window: the booking.
         assert_eq!(
-            on_wire(LENT | (now + 50 * MS), now, 0),
+            on_wire(LENT | (now + 50 * MS), now, now, 0),
             LENT | (now + 50 * MS)
+        );
+        // Lent to, but held by its flow's clock: scheduled until it departs.
+        assert_eq!(
+            on_wire(LENT | (now + 50 * MS), now + 3 * MS, now, 2 * MS),
+            now + 3 * MS
         );
     }
 

@@ -50,13 +50,26 @@ static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_04
 /// Buckets that absorb a host's new flows beyond its per-epoch quota.
 const OVERFLOW_BUCKETS: u16 = 16;
 
-/// Values of the control-block word in which the ACK filter asks the scheduler to send a kept
-/// ACK ahead of its flow's packets (`shaper_common::ackfilter::jumps_queue`), and the scheduler
-/// answers. Zero: neither.
+/// Values of the control-block word that tells the scheduler a pure ACK was kept (set by
+/// `shaper_egress` on every ACK it hands to the filter: the filter returns those it drops) and
+/// whether the filter asks to send it ahead of its flow's packets
+/// (`shaper_common::ackfilter::jumps_queue`), and in which the scheduler answers. Zero: none
+/// of these.
 pub mod jump {
     pub const WANTED: u32 = 1;
     /// It leaves now; the egress path gives it the priority that takes it past fq's flows.
     pub const GRANTED: u32 = 2;
+    /// The filter kept it (alone or with `WANTED`). It books ahead of the calendar's bookings,
+    /// as a sparse flow's packet does, at its flow's clock and behind its host's guard: the
+    /// guard holds the host to its allocation when nearly all it sends are ACKs (a 100 kbit/s
+    /// uplink: unguarded, the ACK flow ran at its boosted level and the modem behind queued
+    /// 40-130 ms). The filter drops the ACKs it covers once enough are ahead, so its flow keeps
+    /// one or two ACKs queued, not a bulk flow's queue. Booked behind the others, an ACK waited
+    /// for the bins the host's bulk flows had filled: on a 1 Mbit/s uplink with four uploads a
+    /// download's ACKs left in pairs up to 60 ms apart (CAKE serves a short queue every round:
+    /// 12-18 ms), and its sender, hearing in clumps, sent bursts that queued in the modem
+    /// ahead of the router (docs/ack-filter.md, "A kept ACK does not wait behind the bulk").
+    pub const KEPT: u32 = 4;
 }
 
 pub enum Scheduled {
@@ -76,12 +89,13 @@ pub enum Scheduled {
 /// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
 /// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
 /// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`. `ahead` is another word
-/// of it, zero on entry: it carries whether the host goes ahead of the calendar's bookings from
-/// the host's lookup to the booking (a flag the verifier knows on each path would keep every
-/// later path apart, and the program would no longer verify within its limits). `jump` is a
-/// third ([`jump`]): a kept ACK the filter wants sent first leaves now instead of behind its
-/// flow's packets, charged to its flow's clock, its host's guard and the calendar as if it had
-/// waited; it is not recorded among its flow's departures (see `recent_on_wire`).
+/// of it, zero on entry: it carries whether the packet goes ahead of the calendar's bookings
+/// (its host's, a kept ACK's) from the host's lookup to the booking (a flag the verifier knows
+/// on each path would keep every later path apart, and the program would no longer verify
+/// within its limits). `jump` is a third ([`jump`]): a pure ACK the filter kept goes ahead of
+/// the bookings; one it wants sent first leaves now instead of behind its flow's packets,
+/// charged to its flow's clock, its host's guard and the calendar as if it had waited; it is
+/// not recorded among its flow's departures (see `recent_on_wire`).
 #[expect(
     clippy::too_many_arguments,
     reason = "three of them are control-block words"
@@ -214,6 +228,8 @@ pub fn schedule(
     // calendar's bins carry the same time, one ACK earlier. As a host that goes ahead, it is
     // not held behind other hosts' bookings.
     // SAFETY: words of the skb's control block, read back from memory (see above).
+    let kept = (unsafe { core::ptr::read_volatile(jump) } & jump::KEPT) / jump::KEPT;
+    unsafe { core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | kept) };
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64
         & jump::WANTED as u64
         & branchless::below(now, want);
@@ -306,7 +322,7 @@ pub fn schedule(
     flow.last_depart_ns = branchless::select(jumps, flow.last_depart_ns, depart);
     let (last, prev) = (flow.last_on_wire_ns, flow.prev_on_wire_ns);
     flow.prev_on_wire_ns = branchless::select(jumps, prev, last);
-    let on_wire = ackfilter::on_wire(booked, now, config.lent_window_ns as u64);
+    let on_wire = ackfilter::on_wire(booked, depart, now, config.lent_window_ns as u64);
     flow.last_on_wire_ns = branchless::select(jumps, last, on_wire);
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);

@@ -121,11 +121,15 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     };
     // SAFETY: per-CPU map value, this packet's until the run ends (see `PACKET`).
     unsafe { *slot = info };
-    // The word the ACK filter asks the scheduler in to send an ACK first (`fair::jump`);
-    // whatever the stack left in the control block must not read as a request.
+    // The word that tells the scheduler a pure ACK was kept and whether the filter wants it
+    // first (`fair::jump`); whatever the stack left in the control block must not read as
+    // either. A candidate that reaches the scheduler was kept (the filter returns the ones it
+    // drops), so it is marked here, not by the filter: a store on the filter's `Keep` path
+    // multiplied its verifier states past the suite's budget on 6.12.
+    let candidate = ackfilter::candidate(&info, config);
     // SAFETY: the context is a valid __sk_buff for the whole run.
-    unsafe { (*ctx.skb.skb).cb[3] = 0 };
-    if ackfilter::candidate(&info, config) {
+    unsafe { (*ctx.skb.skb).cb[3] = candidate as u32 * fair::jump::KEPT };
+    if candidate {
         unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
         // The filter could not be called: the ACK is simply kept.
     }
@@ -257,7 +261,9 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
         ackfilter::Filtered::Drop => return TC_ACT_SHOT as i32,
         ackfilter::Filtered::Keep => {}
         // SAFETY: the context is a valid __sk_buff for the whole run.
-        ackfilter::Filtered::KeepFirst => unsafe { (*ctx.skb.skb).cb[3] = fair::jump::WANTED },
+        ackfilter::Filtered::KeepFirst => unsafe {
+            (*ctx.skb.skb).cb[3] = fair::jump::KEPT | fair::jump::WANTED
+        },
     }
     unsafe { PROGRAMS.tail_call(&ctx, program_slots::SCHEDULE) };
     // Not callable: the ACK leaves unshaped, counted.

@@ -210,6 +210,40 @@ fn a_kept_ack_leaves_ahead_of_its_flows_scheduled_acks_and_is_charged_for_it() {
 }
 
 #[test]
+fn a_kept_ack_leaves_at_its_flows_clock_not_behind_other_flows_bookings() {
+    // Another flow of the same host books the link ahead (four full frames, ~121 ms each at
+    // 100 kbit/s); the ACK flow's first ACK leaves at once (its flow was idle), its second (a
+    // duplicate, which every mode keeps) finds its flow's clock ahead of now. Without the
+    // filter it books behind the bulk frames; kept by the filter, at its flow's clock.
+    let second_ack_wait = |mode: AckFilter| {
+        let mut h = Harness::new(ShaperConfig {
+            ack_filter: mode as u32,
+            ..with_short_bins(aggressive_per_flow())
+        });
+        h.run_ingress(&Seg::data(1, 1000).frame(false));
+        let bulk = full_frame_of_another_flow();
+        for _ in 0..4 {
+            assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+        }
+        let start = monotonic_now_ns();
+        let first = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+        let second = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+        assert_eq!((first.verdict, second.verdict), (PASS, PASS), "{mode:?}");
+        second.ctx.tstamp().saturating_sub(start)
+    };
+    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
+    let off = second_ack_wait(AckFilter::Off);
+    assert!(off > frame_ns, "behind the bulk bookings: {off} ns");
+    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
+        let kept = second_ack_wait(mode);
+        assert!(
+            kept < frame_ns / 4,
+            "{mode:?}: at its flow's clock, {kept} ns (without the filter {off} ns)"
+        );
+    }
+}
+
+#[test]
 fn no_ack_jumps_with_the_filter_off_or_with_an_unknown_option() {
     for (mode, options) in [
         (AckFilter::Off, Vec::new()),
