@@ -181,9 +181,9 @@ fn a_flood_of_new_flows_leaves_every_other_host_its_share() {
         busiest / 1e6
     );
     // The flood is sent after what the hosts are due, so a slower machine sheds flood first
-    // (95,394 a second once, in a full suite on a 2-core machine): 90 %
-    // of it is still a flood of new 5-tuples far beyond any host's quota; less, and the run no
-    // longer tests what it claims.
+    // (95,394 a second once, in a full suite on a 2-core machine): 90 % of it is still a flood
+    // of new 5-tuples far beyond any host's quota; less, and the run no longer tests what it
+    // claims.
     assert!(
         flood_rate >= FLOOD_PER_S * 0.9,
         "the flood ran at {flood_rate:.0} new 5-tuples/s: this machine could not drive it"
