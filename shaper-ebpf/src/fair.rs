@@ -59,7 +59,8 @@ pub mod jump {
     pub const WANTED: u32 = 1;
     /// It leaves now; the egress path gives it the priority that takes it past fq's flows.
     pub const GRANTED: u32 = 2;
-    /// The filter kept it (alone or with `WANTED`). It books ahead of the calendar's bookings,
+    /// The filter kept it (alone or with `WANTED`; `shaper_egress` sets it on every pure ACK
+    /// it hands to the filter, which drops the others). It books ahead of the calendar's bookings,
     /// as a sparse flow's packet does, at its flow's clock and behind its host's guard: the
     /// guard holds the host to its allocation when nearly all it sends are ACKs (a 100 kbit/s
     /// uplink: unguarded, the ACK flow ran at its boosted level and the modem behind queued
@@ -222,14 +223,17 @@ pub fn schedule(
         Reserved::AtContended(t) => (t, true),
         Reserved::BeyondHorizon => return Scheduled::Dropped(DropReason::Horizon),
     };
+    // A kept ACK goes ahead of the calendar's bookings, as a host that goes ahead does
+    // (`jump::KEPT` says why).
+    // SAFETY: words of the skb's control block, read back from memory (see above).
+    let kept = (unsafe { core::ptr::read_volatile(jump) } & jump::KEPT) / jump::KEPT;
+    unsafe { core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | kept) };
     // Arithmetic, not compares (see `branchless`): 1 when the filter wants it first and its
     // flow's queue would hold it. Its wire time is charged where it would have waited (the
     // flow's clock above, the host's guard and the calendar below), and it leaves now: the
     // calendar's bins carry the same time, one ACK earlier. As a host that goes ahead, it is
     // not held behind other hosts' bookings.
-    // SAFETY: words of the skb's control block, read back from memory (see above).
-    let kept = (unsafe { core::ptr::read_volatile(jump) } & jump::KEPT) / jump::KEPT;
-    unsafe { core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | kept) };
+    // SAFETY: as above.
     let jumps = unsafe { core::ptr::read_volatile(jump) } as u64
         & jump::WANTED as u64
         & branchless::below(now, want);
