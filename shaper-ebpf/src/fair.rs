@@ -248,7 +248,17 @@ pub fn schedule(
     // (its flows' queues cannot explain that; its traffic is many sparse flows, a flood of new
     // ones, and no flow clock holds it), its sparse packets are dropped before they book
     // anything, and what it sends is held to its allocation.
+    //
+    // A kept ACK goes ahead of its host's bookings as it goes ahead of the calendar's, when the
+    // host has packets of other flows booked to leave after it (uploads beside a download): its
+    // wire time, charged to the guard, pushes those. Held behind them, on a 1 Mbit/s uplink
+    // with four uploads, a download's ACKs waited 30-60 ms and left in pairs, and its sender
+    // answered with bursts that overflowed the modem ahead of the router. A host with nothing
+    // booked beyond its ACK flow's own packets (a download over a 100 kbit/s uplink) has nobody
+    // to push: the guard holds it to its allocation. Where the guard would have held it is
+    // kept for the filter: until then it counts as scheduled (`behind_host`, below).
     let mut guarded = want;
+    let mut behind_host = 0;
     if host_fp != 0 {
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
         if sparse
@@ -263,7 +273,13 @@ pub fn schedule(
             Reserved::At(start) | Reserved::AtContended(start) => {
                 let floor = start.saturating_sub(slack_ns);
                 if floor > guarded && !sparse {
-                    guarded = floor;
+                    if kept != 0
+                        && host.latest_depart_ns > branchless::max(guarded, flow.last_depart_ns)
+                    {
+                        behind_host = floor;
+                    } else {
+                        guarded = floor;
+                    }
                 }
             }
             Reserved::BeyondHorizon => {}
@@ -326,7 +342,14 @@ pub fn schedule(
     flow.last_depart_ns = branchless::select(jumps, flow.last_depart_ns, depart);
     let (last, prev) = (flow.last_on_wire_ns, flow.prev_on_wire_ns);
     flow.prev_on_wire_ns = branchless::select(jumps, prev, last);
-    let on_wire = ackfilter::on_wire(booked, depart, now, config.lent_window_ns as u64);
+    // A kept ACK sent ahead of its host's bookings is on its way to the link no earlier than
+    // where its host's guard would have held it, for the filter (within the lent window).
+    let estimate = branchless::select(
+        lent,
+        LENT | branchless::max(booked & !LENT, behind_host),
+        booked,
+    );
+    let on_wire = ackfilter::on_wire(estimate, depart, now, config.lent_window_ns as u64);
     flow.last_on_wire_ns = branchless::select(jumps, last, on_wire);
     if depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);

@@ -6,7 +6,7 @@
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
     ackfilter::{AckFilter, KeepReason, tcp_flags::*},
-    datapath::ShaperConfig,
+    datapath::{HostRate, ShaperConfig, host_slack_ns},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
 };
@@ -239,6 +239,102 @@ fn a_kept_ack_leaves_at_its_flows_clock_not_behind_other_flows_bookings() {
         assert!(
             kept < frame_ns / 4,
             "{mode:?}: at its flow's clock, {kept} ns (without the filter {off} ns)"
+        );
+    }
+}
+
+/// Hosts and their flows apart (CAKE's default, `triple-isolate`), with bins for full frames:
+/// a host's guard then leads its allocation by a few frames at most.
+fn per_host(mode: AckFilter) -> Harness {
+    Harness::new(ShaperConfig {
+        ack_filter: mode as u32,
+        isolation: Isolation::TripleIsolate as u32,
+        host_mask_v4: u32::MAX,
+        // Room for the guard's hold beyond the slack.
+        horizon_ns: 10 * SECOND,
+        ..with_short_bins(config(RATE, SECOND))
+    })
+}
+
+/// Writes, for every host seen so far, the rates a control tick would give a host whose flows
+/// are boosted to 1.5 times its allocation (the whole rate, its guard's pace), and starts the
+/// epoch in which the data path reads them.
+fn boosted_hosts(h: &mut Harness) {
+    let config = *h.datapath.config();
+    let rate = HostRate::new(
+        &config,
+        config.ns_per_byte_fp * 2 / 3,
+        config.ns_per_byte_fp,
+        0,
+    );
+    for (key, _) in h.datapath.hosts().unwrap() {
+        h.datapath.set_host_rate(&key, &rate).unwrap();
+    }
+    let mut levels = h.datapath.levels().unwrap();
+    levels.epoch += 1;
+    h.datapath.set_levels(&levels).unwrap();
+}
+
+#[test]
+fn a_kept_ack_goes_ahead_of_its_hosts_bookings_but_an_ack_only_host_keeps_to_its_allocation() {
+    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
+    // The ACKs' host also sends bulk frames (uploads beside a download), booked behind its
+    // guard for half a second; the ACK flow's second ACK (a duplicate, kept in every mode)
+    // finds its flow's clock ahead of now. Without the filter it waits behind the host's
+    // bookings; kept, it goes ahead of them, at its flow's clock.
+    let behind_bulk = |mode: AckFilter| {
+        let mut h = per_host(mode);
+        let bulk = full_frame_of_another_flow();
+        h.run(&bulk, &SkbContext::default());
+        boosted_hosts(&mut h);
+        for _ in 0..4 {
+            assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+        }
+        let start = monotonic_now_ns();
+        let first = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+        let second = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+        assert_eq!((first.verdict, second.verdict), (PASS, PASS), "{mode:?}");
+        second.ctx.tstamp().saturating_sub(start)
+    };
+    let off = behind_bulk(AckFilter::Off);
+    assert!(off > frame_ns, "behind its host's bookings: {off} ns");
+    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
+        let kept = behind_bulk(mode);
+        assert!(
+            kept < frame_ns / 4,
+            "{mode:?}: ahead of its host's bookings, {kept} ns (without the filter {off} ns)"
+        );
+    }
+    // A host that sends nothing but ACKs (a download over a 100 kbit/s uplink) has no bookings
+    // of others to go ahead of: its guard holds it to its allocation, less the slack it grants
+    // its flows' queues, whatever its flow's boosted level would let through.
+    const ACKS: u64 = 300;
+    let ack = Seg::ack(1_001).frame(true);
+    let last_of_many = |mode: AckFilter| {
+        let mut h = per_host(mode);
+        h.run(&ack, &SkbContext::default());
+        boosted_hosts(&mut h);
+        let start = monotonic_now_ns();
+        let mut last = 0;
+        for _ in 0..ACKS {
+            let o = h.run(&ack, &SkbContext::default());
+            assert_eq!(o.verdict, PASS, "{mode:?}: a duplicate is kept");
+            last = o.ctx.tstamp();
+        }
+        (last.saturating_sub(start), *h.datapath.config())
+    };
+    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
+        let (kept, config) = last_of_many(mode);
+        let ack_ns = tx_time_ns(ack.len() as u64, config.ns_per_byte_fp);
+        let slack = host_slack_ns(&config, config.ns_per_byte_fp * 2 / 3);
+        let held = ACKS * ack_ns - slack;
+        assert!(
+            held > ACKS * ack_ns * 2 / 3 + 2 * ack_ns,
+            "the test's load must outrun the slack"
+        );
+        assert!(
+            kept + 2 * ack_ns >= held,
+            "{mode:?}: the last of {ACKS} ACKs at {kept} ns, held to the allocation: {held} ns"
         );
     }
 }
