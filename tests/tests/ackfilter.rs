@@ -209,38 +209,53 @@ fn a_kept_ack_leaves_ahead_of_its_flows_scheduled_acks_and_is_charged_for_it() {
     assert_eq!(h.view().stats.ack_jumped, 1);
 }
 
+/// Books four full frames of another flow, then sends two ACKs of one flow (the second a
+/// duplicate, which every mode keeps, finding its flow's clock ahead of now): how long after
+/// the first the second leaves.
+fn second_ack_behind_bulk(h: &mut Harness, mode: AckFilter) -> u64 {
+    let bulk = full_frame_of_another_flow();
+    for _ in 0..4 {
+        assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+    }
+    let start = monotonic_now_ns();
+    let first = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+    let second = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+    assert_eq!((first.verdict, second.verdict), (PASS, PASS), "{mode:?}");
+    second.ctx.tstamp().saturating_sub(start)
+}
+
+/// Without the filter the second ACK of [`second_ack_behind_bulk`] (run by `wait` in a
+/// harness of the mode) waits behind `bookings`; kept, in every mode, it does not.
+fn assert_kept_ack_goes_first(wait: impl Fn(AckFilter) -> u64, bookings: &str) {
+    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
+    let off = wait(AckFilter::Off);
+    assert!(off > frame_ns, "behind {bookings}: {off} ns");
+    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
+        let kept = wait(mode);
+        assert!(
+            kept < frame_ns / 4,
+            "{mode:?}: ahead of {bookings}, {kept} ns (without the filter {off} ns)"
+        );
+    }
+}
+
 #[test]
 fn a_kept_ack_leaves_at_its_flows_clock_not_behind_other_flows_bookings() {
     // Another flow of the same host books the link ahead (four full frames, ~121 ms each at
     // 100 kbit/s); the ACK flow's first ACK leaves at once (its flow was idle), its second (a
     // duplicate, which every mode keeps) finds its flow's clock ahead of now. Without the
     // filter it books behind the bulk frames; kept by the filter, at its flow's clock.
-    let second_ack_wait = |mode: AckFilter| {
-        let mut h = Harness::new(ShaperConfig {
-            ack_filter: mode as u32,
-            ..with_short_bins(aggressive_per_flow())
-        });
-        h.run_ingress(&Seg::data(1, 1000).frame(false));
-        let bulk = full_frame_of_another_flow();
-        for _ in 0..4 {
-            assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
-        }
-        let start = monotonic_now_ns();
-        let first = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
-        let second = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
-        assert_eq!((first.verdict, second.verdict), (PASS, PASS), "{mode:?}");
-        second.ctx.tstamp().saturating_sub(start)
-    };
-    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
-    let off = second_ack_wait(AckFilter::Off);
-    assert!(off > frame_ns, "behind the bulk bookings: {off} ns");
-    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
-        let kept = second_ack_wait(mode);
-        assert!(
-            kept < frame_ns / 4,
-            "{mode:?}: at its flow's clock, {kept} ns (without the filter {off} ns)"
-        );
-    }
+    assert_kept_ack_goes_first(
+        |mode| {
+            let mut h = Harness::new(ShaperConfig {
+                ack_filter: mode as u32,
+                ..with_short_bins(aggressive_per_flow())
+            });
+            h.run_ingress(&Seg::data(1, 1000).frame(false));
+            second_ack_behind_bulk(&mut h, mode)
+        },
+        "the bulk bookings",
+    );
 }
 
 /// Hosts and their flows apart (CAKE's default, `triple-isolate`), with bins for full frames:
@@ -277,34 +292,18 @@ fn boosted_hosts(h: &mut Harness) {
 
 #[test]
 fn a_kept_ack_goes_ahead_of_its_hosts_bookings_but_an_ack_only_host_keeps_to_its_allocation() {
-    let frame_ns = tx_time_ns(1_514, ns_per_byte_fp(RATE));
     // The ACKs' host also sends bulk frames (uploads beside a download), booked behind its
-    // guard for half a second; the ACK flow's second ACK (a duplicate, kept in every mode)
-    // finds its flow's clock ahead of now. Without the filter it waits behind the host's
+    // guard for half a second. Without the filter the second ACK waits behind the host's
     // bookings; kept, it goes ahead of them, at its flow's clock.
-    let behind_bulk = |mode: AckFilter| {
-        let mut h = per_host(mode);
-        let bulk = full_frame_of_another_flow();
-        h.run(&bulk, &SkbContext::default());
-        boosted_hosts(&mut h);
-        for _ in 0..4 {
-            assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
-        }
-        let start = monotonic_now_ns();
-        let first = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
-        let second = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
-        assert_eq!((first.verdict, second.verdict), (PASS, PASS), "{mode:?}");
-        second.ctx.tstamp().saturating_sub(start)
-    };
-    let off = behind_bulk(AckFilter::Off);
-    assert!(off > frame_ns, "behind its host's bookings: {off} ns");
-    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
-        let kept = behind_bulk(mode);
-        assert!(
-            kept < frame_ns / 4,
-            "{mode:?}: ahead of its host's bookings, {kept} ns (without the filter {off} ns)"
-        );
-    }
+    assert_kept_ack_goes_first(
+        |mode| {
+            let mut h = per_host(mode);
+            h.run(&full_frame_of_another_flow(), &SkbContext::default());
+            boosted_hosts(&mut h);
+            second_ack_behind_bulk(&mut h, mode)
+        },
+        "its host's bookings",
+    );
     // A host that sends nothing but ACKs (a download over a 100 kbit/s uplink) has no bookings
     // of others to go ahead of: its guard holds it to its allocation, less the slack it grants
     // its flows' queues, whatever its flow's boosted level would let through.
