@@ -61,10 +61,11 @@ pub mod jump {
     pub const GRANTED: u32 = 2;
     /// The filter kept it (alone or with `WANTED`; `shaper_egress` sets it on every pure ACK
     /// it hands to the filter, which drops the others). It books ahead of the calendar's bookings,
-    /// as a sparse flow's packet does, at its flow's clock and behind its host's guard: the
-    /// guard holds the host to its allocation when nearly all it sends are ACKs (a 100 kbit/s
-    /// uplink: unguarded, the ACK flow ran at its boosted level and the modem behind queued
-    /// 40-130 ms). The filter drops the ACKs it covers once enough are ahead, so its flow keeps
+    /// as a sparse flow's packet does, at its flow's clock; behind its host's guard only when
+    /// the host has nothing else booked after it (`schedule` says why): the guard holds the
+    /// host to its allocation when nearly all it sends are ACKs (a 100 kbit/s uplink:
+    /// unguarded, the ACK flow ran at its boosted level and the modem behind queued 40-130 ms).
+    /// The filter drops the ACKs it covers once enough are ahead, so its flow keeps
     /// one or two ACKs queued, not a bulk flow's queue. Booked behind the others, an ACK waited
     /// for the bins the host's bulk flows had filled: on a 1 Mbit/s uplink with four uploads a
     /// download's ACKs left in pairs up to 60 ms apart (CAKE serves a short queue every round:
@@ -256,7 +257,8 @@ pub fn schedule(
     // answered with bursts that overflowed the modem ahead of the router. A host with nothing
     // booked beyond its ACK flow's own packets (a download over a 100 kbit/s uplink) has nobody
     // to push: the guard holds it to its allocation. Where the guard would have held it is
-    // kept for the filter: until then it counts as scheduled (`behind_host`, below).
+    // kept for the filter, which counts the ACK until then as it counts a lent one
+    // (`behind_host`, below).
     let mut guarded = want;
     let mut behind_host = 0;
     if host_fp != 0 {
