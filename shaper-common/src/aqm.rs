@@ -10,6 +10,13 @@
 //!   signalling at intervals shrinking as `interval / sqrt(count)` while it stays above; when it
 //!   falls below, stop, and let `count` decay by one per (shrinking) interval instead of
 //!   resetting it, so a flow that comes back soon is signalled at the rate that worked.
+//! - **The packet in hand**: CoDel at a queue's head drops the oldest packet, with the flow's
+//!   later ones behind it to show the sender the loss. Here the packet is the newest: a drop that
+//!   falls on a segment that may end its sender's write (TCP PSH or FIN) can leave nothing
+//!   behind it, and the sender then learns of the loss from a timer (a tail loss probe or a
+//!   retransmission timeout, hundreds of ms for the last segment of a short transfer). Such a
+//!   drop moves to the flow's next packet, once: a flow that pushes every segment is dropped on
+//!   the next.
 //! - **BLUE**: a flow whose queue overflows its hard limit is not responding to CoDel (a UDP
 //!   flood). Each overflow raises a drop probability, each time its queue is found empty lowers
 //!   it, both at most once per `target`; packets are dropped at that probability whatever their
@@ -55,6 +62,18 @@ pub mod flags {
     /// Mark ECN-capable packets instead of dropping them.
     pub const ECN: u32 = 1 << 0;
 }
+
+/// What the law needs to know of the packet in hand (bits for [`AqmState::on_packet`]).
+pub mod packet {
+    /// It can carry a CE mark.
+    pub const ECT: u32 = 1 << 0;
+    /// It may be the last its sender has to send for now: a TCP segment with PSH or FIN.
+    pub const ENDS_WRITE: u32 = 1 << 1;
+}
+
+/// `AqmState::signalling`: the queue stands above target, and a drop due on a packet that may
+/// end a write was moved to the flow's next packet.
+const SIGNAL_DEFERRED: u32 = 2;
 
 /// CAKE's RTT presets (the interval; the target is 5% of it).
 pub const RTT_PRESETS: [(&str, u64); 8] = [
@@ -113,7 +132,8 @@ pub struct AqmState {
     pub inv_sqrt: u32,
     /// BLUE's drop probability in Q32.
     pub p_drop: u32,
-    /// Non-zero while the queue stands above target.
+    /// Non-zero while the queue stands above target ([`SIGNAL_DEFERRED`] with a drop moved
+    /// to the flow's next packet).
     pub signalling: u32,
 }
 
@@ -192,8 +212,8 @@ impl AqmState {
     /// Decides for a packet that will wait `queue_ns` behind its flow's earlier packets;
     /// `empty` says the flow's queue had drained when it came (its clock had passed), which
     /// relaxes BLUE. `floor_ns` is the smallest queue that counts as standing for this flow
-    /// (the target, raised for flows whose own pace makes two frames take longer); `ect` says
-    /// whether the packet can carry a mark; `random` is a uniform u32 for BLUE.
+    /// (the target, raised for flows whose own pace makes two frames take longer); `packet`
+    /// holds [`packet`] bits; `random` is a uniform u32 for BLUE.
     ///
     /// `count` changes in one place, so the data path carries one copy of the square root.
     #[inline(always)]
@@ -205,7 +225,7 @@ impl AqmState {
         queue_ns: u64,
         empty: bool,
         floor_ns: u64,
-        ect: bool,
+        packet: u32,
         random: u32,
     ) -> Verdict {
         if queue_ns > p.limit_ns {
@@ -239,18 +259,26 @@ impl AqmState {
         }
 
         let mut verdict = Verdict::Pass;
-        if due {
+        let mark = packet & packet::ECT != 0 && p.flags & flags::ECN != 0;
+        // A drop on a segment that may end its write moves to the flow's next packet, still
+        // due then (the module's doc says why); once, so that pushing every segment does not
+        // escape the law.
+        let defer = due && !mark && packet & packet::ENDS_WRITE != 0 && self.signalling == 1;
+        if defer {
+            self.signalling = SIGNAL_DEFERRED;
+        } else if due {
             // Above target: signal, and the next comes sooner. Below: the count decays by one
             // per (shrinking) interval instead of resetting, so a flow that comes back soon is
             // signalled at the rate that worked.
             let signal = self.signalling != 0;
             if signal {
-                verdict = if ect && p.flags & flags::ECN != 0 {
+                verdict = if mark {
                     Verdict::Mark
                 } else {
                     Verdict::DropCodel
                 };
                 self.count = self.count.saturating_add(1);
+                self.signalling = 1;
             } else {
                 self.count -= 1;
             }
@@ -401,12 +429,12 @@ mod tests {
         duration: u64,
         gap: u64,
         queue: u64,
-        ect: bool,
+        packet: u32,
     ) -> Vec<(u64, Verdict)> {
         let mut out = Vec::new();
         let mut t = start;
         while t < start + duration {
-            let v = s.on_packet(p, t, queue, false, p.target_ns, ect, u32::MAX);
+            let v = s.on_packet(p, t, queue, false, p.target_ns, packet, u32::MAX);
             if v != Verdict::Pass {
                 out.push((t, v));
             }
@@ -419,9 +447,9 @@ mod tests {
     fn no_signal_below_target_or_within_the_first_interval() {
         let p = params();
         let mut s = AqmState::default();
-        assert!(run(&mut s, &p, 0, 2_000 * MS, MS / 10, 4 * MS, false).is_empty());
+        assert!(run(&mut s, &p, 0, 2_000 * MS, MS / 10, 4 * MS, 0).is_empty());
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 99 * MS, MS / 10, 20 * MS, false);
+        let signals = run(&mut s, &p, 0, 99 * MS, MS / 10, 20 * MS, 0);
         assert!(signals.is_empty(), "{signals:?}");
     }
 
@@ -429,7 +457,7 @@ mod tests {
     fn signals_follow_codel_spacing_while_above_target() {
         let p = params();
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        let signals = run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, 0);
         assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
         let times: Vec<u64> = signals.iter().map(|(t, _)| *t).collect();
         // First one interval after the queue first stood above target.
@@ -454,7 +482,7 @@ mod tests {
     fn ecn_capable_packets_are_marked_not_dropped() {
         let p = params();
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, packet::ECT);
         assert!(!signals.is_empty());
         assert!(signals.iter().all(|(_, v)| *v == Verdict::Mark));
         // Without ECN enabled they are dropped.
@@ -463,28 +491,112 @@ mod tests {
             ..params()
         };
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, packet::ECT);
         assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
+    }
+
+    /// Feeds a flow whose queue stands at 20 ms, one packet every 10 µs, the `i`th with
+    /// `packet(i)`'s bits, for `duration`; returns the indices of the signalled packets.
+    fn signalled(duration: u64, packet: impl Fn(u64) -> u32) -> Vec<(u64, Verdict)> {
+        let p = params();
+        let mut s = AqmState::default();
+        let mut out = Vec::new();
+        for i in 0..duration / (MS / 100) {
+            let v = s.on_packet(
+                &p,
+                i * (MS / 100),
+                20 * MS,
+                false,
+                p.target_ns,
+                packet(i),
+                u32::MAX,
+            );
+            if v != Verdict::Pass {
+                out.push((i, v));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_drop_due_on_a_segment_that_may_end_its_write_falls_on_the_next_packet() {
+        let plain = signalled(1_000 * MS, |_| 0);
+        // Every tenth segment pushed, the one a drop first falls due on among them.
+        let first = plain[0].0;
+        let pushed = move |i: u64| {
+            if i % 10 == first % 10 {
+                packet::ENDS_WRITE
+            } else {
+                0
+            }
+        };
+        let moved = signalled(1_000 * MS, pushed);
+        assert_eq!(moved.len(), plain.len(), "as many signals: {moved:?}");
+        for ((i, v), (j, w)) in plain.iter().zip(&moved) {
+            assert_eq!((*v, *w), (Verdict::DropCodel, Verdict::DropCodel));
+            if i % 10 == first % 10 {
+                assert_eq!(
+                    *j,
+                    i + 1,
+                    "a drop due on a pushed segment falls on the next one"
+                );
+            } else {
+                assert_eq!(j, i, "others where they fell due");
+            }
+        }
+        // A flow that pushes every segment is dropped one packet later, as often.
+        let all = signalled(1_000 * MS, |_| packet::ENDS_WRITE);
+        let shifted: Vec<(u64, Verdict)> = plain.iter().map(|(i, v)| (i + 1, *v)).collect();
+        assert_eq!(all, shifted);
+        // A mark does not lose the packet: it stays where it falls due.
+        let marked = signalled(1_000 * MS, |_| packet::ECT | packet::ENDS_WRITE);
+        let plain_marked = signalled(1_000 * MS, |_| packet::ECT);
+        assert_eq!(marked, plain_marked);
+        assert!(marked.iter().all(|(_, v)| *v == Verdict::Mark));
+    }
+
+    #[test]
+    fn a_deferred_drop_is_forgotten_when_the_queue_falls_below_target() {
+        let p = params();
+        let mut s = AqmState::default();
+        run(&mut s, &p, 0, 300 * MS, MS / 100, 20 * MS, 0);
+        let count = s.count;
+        // Due on a pushed segment: moved; then the queue has drained.
+        let t = s.next_ns;
+        let v = s.on_packet(
+            &p,
+            t,
+            20 * MS,
+            false,
+            p.target_ns,
+            packet::ENDS_WRITE,
+            u32::MAX,
+        );
+        assert_eq!((v, s.signalling), (Verdict::Pass, SIGNAL_DEFERRED));
+        let v = s.on_packet(&p, t + MS / 100, MS, false, p.target_ns, 0, u32::MAX);
+        assert_eq!(v, Verdict::Pass, "below target: no drop");
+        assert_eq!(s.signalling, 0);
+        assert!(s.count < count, "the count decays as after any episode");
     }
 
     #[test]
     fn count_decays_instead_of_resetting_and_a_quick_return_resumes_fast() {
         let p = params();
         let mut s = AqmState::default();
-        run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, 0);
         let peak = s.count;
         assert!(peak > 10);
         // Below target for a short while: the count decays a little, not to zero.
-        run(&mut s, &p, 1_000 * MS, 50 * MS, MS / 100, MS, false);
+        run(&mut s, &p, 1_000 * MS, 50 * MS, MS / 100, MS, 0);
         assert!(s.count > 0 && s.count < peak, "{} of {peak}", s.count);
         assert_eq!(s.signalling, 0);
         // Back above: the first signal comes well within an interval.
-        let signals = run(&mut s, &p, 1_050 * MS, 100 * MS, MS / 100, 20 * MS, false);
+        let signals = run(&mut s, &p, 1_050 * MS, 100 * MS, MS / 100, 20 * MS, 0);
         assert!(signals[0].0 < 1_050 * MS + 60 * MS, "{signals:?}");
         // A long quiet spell (empty queues) decays it fully.
         let mut t = 1_200 * MS;
         for _ in 0..10_000 {
-            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            s.on_packet(&p, t, 0, true, p.target_ns, 0, u32::MAX);
             t += 10 * MS;
         }
         assert_eq!(s.count, 0);
@@ -497,7 +609,15 @@ mod tests {
         // Overflow every millisecond for a second: at most once per target counts.
         for i in 0..1_000 {
             assert_eq!(
-                s.on_packet(&p, i * MS, 500 * MS, false, p.target_ns, true, u32::MAX),
+                s.on_packet(
+                    &p,
+                    i * MS,
+                    500 * MS,
+                    false,
+                    p.target_ns,
+                    packet::ECT,
+                    u32::MAX
+                ),
                 Verdict::DropOverlimit
             );
         }
@@ -506,18 +626,18 @@ mod tests {
         // Below the limit, an ECN-capable packet drawn under p_drop is still dropped.
         let t = 1_000 * MS;
         assert_eq!(
-            s.on_packet(&p, t, MS, false, p.target_ns, true, 0),
+            s.on_packet(&p, t, MS, false, p.target_ns, packet::ECT, 0),
             Verdict::DropBlue
         );
         assert_ne!(
-            s.on_packet(&p, t, MS, false, p.target_ns, true, u32::MAX),
+            s.on_packet(&p, t, MS, false, p.target_ns, packet::ECT, u32::MAX),
             Verdict::DropBlue
         );
         // Empty queues bring it back down, slowly.
         let before = s.p_drop;
         let mut t = 2_000 * MS;
         for _ in 0..10 {
-            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            s.on_packet(&p, t, 0, true, p.target_ns, 0, u32::MAX);
             t += 10 * MS;
         }
         assert_eq!(before - s.p_drop, 10 * BLUE_DECREMENT);

@@ -195,7 +195,7 @@ pub fn schedule(
             queue_ns: flow_clock.saturating_sub(now),
             wire,
             flow_ns_per_byte_fp: flow_fp,
-            ect: ecn::capable(info),
+            bits: aqm_bits(info),
         };
         match aqm_verdict(flow, config, &packet) {
             Verdict::Pass => {}
@@ -371,7 +371,17 @@ struct AqmPacket {
     /// Its size on the wire (its frames' size, for the standing floor).
     wire: u64,
     flow_ns_per_byte_fp: u64,
-    ect: bool,
+    /// `aqm::packet` bits.
+    bits: u32,
+}
+
+/// What the AQM needs to know of the packet's kind: whether it can carry a mark, and whether it
+/// may end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols).
+#[inline(always)]
+fn aqm_bits(info: &PacketInfo) -> u32 {
+    use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
+    let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
+    ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE
 }
 
 /// The AQM's verdict on a packet of `flow`.
@@ -396,7 +406,7 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
         packet.queue_ns,
         empty,
         floor,
-        packet.ect,
+        packet.bits,
         random,
     )
 }

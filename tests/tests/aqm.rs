@@ -55,10 +55,22 @@ fn flow(h: &Harness, port: u16) -> FlowState {
         .1
 }
 
-/// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum.
+/// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum: a segment
+/// that ends its sender's write (PSH).
 fn tcp4(port: u16, ecn: u8) -> Vec<u8> {
     packet::tcp4_ds(port, ecn, FRAME)
 }
+
+/// The same from the middle of a write: no PSH.
+fn tcp4_bulk(port: u16, ecn: u8) -> Vec<u8> {
+    let mut f = tcp4(port, ecn);
+    f[TCP_FLAGS] &= !PSH;
+    f
+}
+
+/// Where the TCP flags are in the tests' IPv4 frames.
+const TCP_FLAGS: usize = 14 + 20 + 13;
+const PSH: u8 = 0x08;
 
 /// An IPv6 UDP frame with the given ECN bits (traffic class 0 otherwise).
 fn udp6(ecn: u8) -> Vec<u8> {
@@ -121,7 +133,7 @@ fn ecn_capable_ipv6_is_marked() {
 #[test]
 fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     let mut h = harness(1_000 * MS);
-    let frame = tcp4(40_001, 0);
+    let frame = tcp4_bulk(40_001, 0);
     let out = standing_queue_then_one_more(&mut h, &frame);
     assert_eq!(out.verdict, DROP);
     let stats = h.view().stats;
@@ -139,6 +151,30 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     );
     let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     assert_eq!(flow.clock_ns - next.ctx.tstamp(), tx);
+}
+
+#[test]
+fn a_drop_due_on_a_segment_that_ends_a_write_falls_on_the_flows_next_packet() {
+    let mut h = harness(1_000 * MS);
+    let pushed = tcp4(40_004, 0);
+    let out = standing_queue_then_one_more(&mut h, &pushed);
+    assert_eq!(
+        out.verdict, PASS,
+        "the segment that may be the write's last goes on"
+    );
+    assert_ne!(out.ctx.tstamp(), 0);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 0);
+    // The drop is still due: the flow's next packet takes it, pushed or not.
+    let next = h.run(&tcp4_bulk(40_004, 0), &SkbContext::default());
+    assert_eq!(next.verdict, DROP);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
+    let mut h = harness(1_000 * MS);
+    standing_queue_then_one_more(&mut h, &pushed);
+    let again = h.run(&pushed, &SkbContext::default());
+    assert_eq!(
+        again.verdict, DROP,
+        "moved once: pushing every segment does not escape it"
+    );
 }
 
 #[test]
