@@ -31,7 +31,7 @@ use crate::{
     calendar,
     clock::{self, Reserved},
     ecn,
-    parse::{ETH_P_IPV6, PacketInfo},
+    parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
 };
 
 #[map(name = "SHAPER_LEVELS")]
@@ -195,7 +195,7 @@ pub fn schedule(
             queue_ns: flow_clock.saturating_sub(now),
             wire,
             flow_ns_per_byte_fp: flow_fp,
-            bits: aqm_bits(info),
+            bits: aqm_bits(info, flow),
         };
         match aqm_verdict(flow, config, &packet) {
             Verdict::Pass => {}
@@ -375,13 +375,19 @@ struct AqmPacket {
     bits: u32,
 }
 
-/// What the AQM needs to know of the packet's kind: whether it can carry a mark, and whether it
-/// may end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols).
+/// What the AQM needs to know of the packet's kind: whether it can carry a mark, whether it may
+/// end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols),
+/// and whether it is a retransmission (recording how far its flow's data reaches).
 #[inline(always)]
-fn aqm_bits(info: &PacketInfo) -> u32 {
+fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
     use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
     let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
-    ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE
+    let payload = info
+        .ip_payload_len
+        .saturating_sub(info.tcp_header_len as u32);
+    let data = (info.ip_proto == IPPROTO_TCP) & (payload != 0);
+    let retransmit = flow.data_reach.on_segment(data, info.tcp_seq, payload);
+    ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE + retransmit
 }
 
 /// The AQM's verdict on a packet of `flow`.

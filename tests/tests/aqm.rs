@@ -68,7 +68,8 @@ fn tcp4_bulk(port: u16, ecn: u8) -> Vec<u8> {
     f
 }
 
-/// Where the TCP flags are in the tests' IPv4 frames.
+/// Where the TCP sequence number and flags are in the tests' IPv4 frames.
+const TCP_SEQ: usize = 14 + 20 + 4;
 const TCP_FLAGS: usize = 14 + 20 + 13;
 const PSH: u8 = 0x08;
 
@@ -81,14 +82,26 @@ fn udp6(ecn: u8) -> Vec<u8> {
     Frame::ether_type(ETH_P_IPV6).payload(ip).build()
 }
 
-/// Queues a burst for the flow of `frame`, waits past the interval, and returns the outcome of
-/// the next packet: the one CoDel signals.
+/// The `i`th segment of the flow of `frame`: an IPv4 TCP frame gets the sequence number that
+/// follows the `i - 1` before it (the same frame sent again would be a retransmission); any
+/// other frame is returned as it is.
+fn nth(frame: &[u8], i: usize) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    if f[12..14] == [0x08, 0x00] && f[23] == 6 {
+        let seq = (i * (FRAME - 54)) as u32;
+        f[TCP_SEQ..TCP_SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+    }
+    f
+}
+
+/// Queues a burst of the flow of `frame`, waits past the interval, and returns the outcome of
+/// the next packet (segment `BURST`): the one CoDel signals.
 fn standing_queue_then_one_more(h: &mut Harness, frame: &[u8]) -> shaper_tests::Outcome {
-    for _ in 0..BURST {
-        assert_eq!(h.run(frame, &SkbContext::default()).verdict, PASS);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(frame, i), &SkbContext::default()).verdict, PASS);
     }
     sleep(Duration::from_millis(7));
-    h.run(frame, &SkbContext::default())
+    h.run(&nth(frame, BURST), &SkbContext::default())
 }
 
 #[test]
@@ -141,7 +154,7 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     assert_eq!(stats.ecn_marked, 0);
     // The flow's clock did not move for the dropped packet: the next one departs right after
     // the burst (the signal is not due again for a while).
-    let next = h.run(&frame, &SkbContext::default());
+    let next = h.run(&nth(&frame, BURST + 1), &SkbContext::default());
     assert_eq!(next.verdict, PASS);
     let flow = flow(&h, 40_001);
     assert_eq!(
@@ -165,16 +178,40 @@ fn a_drop_due_on_a_segment_that_ends_a_write_falls_on_the_flows_next_packet() {
     assert_ne!(out.ctx.tstamp(), 0);
     assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 0);
     // The drop is still due: the flow's next packet takes it, pushed or not.
-    let next = h.run(&tcp4_bulk(40_004, 0), &SkbContext::default());
+    let next = h.run(
+        &nth(&tcp4_bulk(40_004, 0), BURST + 1),
+        &SkbContext::default(),
+    );
     assert_eq!(next.verdict, DROP);
     assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
     let mut h = harness(1_000 * MS);
     standing_queue_then_one_more(&mut h, &pushed);
-    let again = h.run(&pushed, &SkbContext::default());
+    let again = h.run(&nth(&pushed, BURST + 1), &SkbContext::default());
     assert_eq!(
         again.verdict, DROP,
         "moved once: pushing every segment does not escape it"
     );
+}
+
+#[test]
+fn a_drop_never_falls_on_a_retransmission() {
+    let mut h = harness(1_000 * MS);
+    let bulk = tcp4_bulk(40_005, 0);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(&bulk, i), &SkbContext::default()).verdict, PASS);
+    }
+    sleep(Duration::from_millis(7));
+    // The drop is due; the flow's first segment again and one that ends where the flow's data
+    // does (retransmissions) both go on.
+    for i in [0, BURST - 1] {
+        let out = h.run(&nth(&bulk, i), &SkbContext::default());
+        assert_eq!(out.verdict, PASS, "retransmission of segment {i}");
+    }
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 0);
+    // New data takes the drop.
+    let new = h.run(&nth(&bulk, BURST), &SkbContext::default());
+    assert_eq!(new.verdict, DROP);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
 }
 
 #[test]
