@@ -76,31 +76,40 @@ pub mod packet {
     pub const RETRANSMIT: u32 = 1 << 2;
 }
 
-/// How far a TCP flow's data reaches (part of its state; zero: none seen), to tell its
-/// retransmissions.
+/// How far a TCP connection's data reaches (part of its flow's state; zero: none seen), to tell
+/// its retransmissions. Where the isolation mode makes one flow of several connections (a host,
+/// or everything), it follows the connection of the flow's latest data segment: a segment of
+/// another one starts it again, as new.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DataReach {
     /// One past the highest sequence number sent.
     pub end: u32,
-    /// Non-zero once a segment with data was seen.
-    pub seen: u32,
+    /// The connection's ports (source in the high half, [`DataReach::ports`]); zero before
+    /// any segment with data (no TCP connection has both ports zero).
+    pub ports: u32,
 }
 
 impl DataReach {
-    /// Records a segment carrying `payload` bytes from `seq` (`data`: a TCP segment with data;
-    /// anything else leaves the state alone) and returns [`packet::RETRANSMIT`] if none of it
-    /// reaches beyond what the flow sent before, else 0. Branch-free: the data path calls it on
-    /// every packet, TCP or not.
+    /// The connection identity [`DataReach::on_segment`] takes.
+    pub const fn ports(src_port: u16, dst_port: u16) -> u32 {
+        (src_port as u32) << 16 | dst_port as u32
+    }
+
+    /// Records a segment of the connection `ports` carrying `payload` bytes from `seq` (`data`:
+    /// a TCP segment with data; anything else leaves the state alone) and returns
+    /// [`packet::RETRANSMIT`] if none of it reaches beyond what the connection sent before,
+    /// else 0. Branch-free: the data path calls it on every packet, TCP or not.
     #[inline(always)]
-    pub fn on_segment(&mut self, data: bool, seq: u32, payload: u32) -> u32 {
+    pub fn on_segment(&mut self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
         let data = data as u32;
+        let same = (self.ports == ports) as u32;
         let end = seq.wrapping_add(payload);
         let beyond = crate::ackfilter::after(end, self.end) as u32;
-        let retransmit = data & self.seen & (beyond ^ 1);
-        let reach = data & ((self.seen ^ 1) | beyond);
+        let retransmit = data & same & (beyond ^ 1);
+        let reach = data & ((same ^ 1) | beyond);
         self.end = branchless::select(reach as u64, end as u64, self.end as u64) as u32;
-        self.seen |= data;
+        self.ports = branchless::select(data as u64, ports as u64, self.ports as u64) as u32;
         retransmit * packet::RETRANSMIT
     }
 }
@@ -614,30 +623,51 @@ mod tests {
 
     #[test]
     fn data_reach_tells_retransmissions_across_the_wrap() {
+        let a = DataReach::ports(40_000, 443);
         let mut r = DataReach::default();
         assert_eq!(
-            r.on_segment(true, u32::MAX - 999, 1000),
+            r.on_segment(true, a, u32::MAX - 999, 1000),
             0,
-            "the first segment is new"
+            "the first is new"
         );
-        assert_eq!(r.on_segment(true, 0, 1000), 0, "beyond, across the wrap");
+        assert_eq!(r.on_segment(true, a, 0, 1000), 0, "beyond, across the wrap");
         assert_eq!(r.end, 1000);
-        assert_eq!(r.on_segment(true, u32::MAX - 999, 1000), packet::RETRANSMIT);
         assert_eq!(
-            r.on_segment(true, 500, 500),
-            packet::RETRANSMIT,
-            "ends where the flow is"
+            r.on_segment(true, a, u32::MAX - 999, 1000),
+            packet::RETRANSMIT
         );
-        assert_eq!(r.on_segment(true, 500, 1000), 0, "partly new: carries news");
+        assert_eq!(
+            r.on_segment(true, a, 500, 500),
+            packet::RETRANSMIT,
+            "ends where it is"
+        );
+        assert_eq!(
+            r.on_segment(true, a, 500, 1000),
+            0,
+            "partly new: carries news"
+        );
         assert_eq!(r.end, 1500);
         // Not TCP data (a pure ACK, another protocol): neither counted nor recorded.
-        assert_eq!(r.on_segment(false, 0, 0), 0);
-        assert_eq!(r.on_segment(false, 9_999, 1000), 0);
-        assert_eq!(r.end, 1500);
+        assert_eq!(r.on_segment(false, a, 0, 0), 0);
+        assert_eq!(r.on_segment(false, 7, 9_999, 1000), 0);
+        assert_eq!((r.end, r.ports), (1500, a));
         let mut fresh = DataReach::default();
-        assert_eq!(fresh.on_segment(false, 0, 1000), 0);
+        assert_eq!(fresh.on_segment(false, a, 0, 1000), 0);
         assert_eq!(fresh, DataReach::default());
-        assert_eq!(fresh.on_segment(true, 0, 0), 0);
+        // A flow of several connections (a host's): another connection's segment starts it
+        // again, as new; its own retransmissions are told until the next switch.
+        let b = DataReach::ports(40_001, 443);
+        assert_eq!(
+            r.on_segment(true, b, 100, 1000),
+            0,
+            "below a's reach, but b's"
+        );
+        assert_eq!(r.on_segment(true, b, 100, 1000), packet::RETRANSMIT);
+        assert_eq!(
+            r.on_segment(true, a, 0, 1000),
+            0,
+            "a again: new to the flow"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     ackfilter,
-    aqm::{self, Verdict},
+    aqm::{self, DataReach, Verdict},
     branchless,
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
@@ -377,7 +377,7 @@ struct AqmPacket {
 
 /// What the AQM needs to know of the packet's kind: whether it can carry a mark, whether it may
 /// end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols),
-/// and whether it is a retransmission (recording how far its flow's data reaches).
+/// and whether it is a retransmission (recording how far its connection's data reaches).
 #[inline(always)]
 fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
     use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
@@ -386,7 +386,10 @@ fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
         .ip_payload_len
         .saturating_sub(info.tcp_header_len as u32);
     let data = (info.ip_proto == IPPROTO_TCP) & (payload != 0);
-    let retransmit = flow.data_reach.on_segment(data, info.tcp_seq, payload);
+    let ports = DataReach::ports(info.src_port, info.dst_port);
+    let retransmit = flow
+        .data_reach
+        .on_segment(data, ports, info.tcp_seq, payload);
     ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE + retransmit
 }
 

@@ -30,8 +30,12 @@ const ECT1: u8 = 0b01;
 const CE: u8 = 0b11;
 
 fn harness(limit_ns: u64) -> Harness {
+    harness_isolating(limit_ns, Isolation::Flows)
+}
+
+fn harness_isolating(limit_ns: u64, isolation: Isolation) -> Harness {
     Harness::new(ShaperConfig {
-        isolation: Isolation::Flows as u32,
+        isolation: isolation as u32,
         aqm: AqmParams {
             target_ns: MS,
             interval_ns: 5 * MS,
@@ -212,6 +216,23 @@ fn a_drop_never_falls_on_a_retransmission() {
     let new = h.run(&nth(&bulk, BURST), &SkbContext::default());
     assert_eq!(new.verdict, DROP);
     assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
+}
+
+#[test]
+fn in_a_flow_of_several_connections_another_connections_segment_is_not_a_retransmission() {
+    // Flow-blind: every packet is one flow. Connection A queues; the drop falls due on a
+    // segment of connection B whose sequence number lies below A's reach.
+    let mut h = harness_isolating(1_000 * MS, Isolation::FlowBlind);
+    let a = tcp4_bulk(40_006, 0);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(&a, i + 5), &SkbContext::default()).verdict, PASS);
+    }
+    sleep(Duration::from_millis(7));
+    let b = h.run(&nth(&tcp4_bulk(40_007, 0), 1), &SkbContext::default());
+    assert_eq!(
+        b.verdict, DROP,
+        "B's first segment is new, whatever A's reach"
+    );
 }
 
 #[test]
