@@ -382,9 +382,7 @@ struct AqmPacket {
 fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
     use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
     let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
-    let payload = info
-        .ip_payload_len
-        .saturating_sub(info.tcp_header_len as u32);
+    let payload = info.tcp_payload_len();
     let data = (info.ip_proto == IPPROTO_TCP) & (payload != 0);
     let ports = DataReach::ports(info.src_port, info.dst_port);
     let retransmit = flow
