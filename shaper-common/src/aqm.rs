@@ -10,6 +10,16 @@
 //!   signalling at intervals shrinking as `interval / sqrt(count)` while it stays above; when it
 //!   falls below, stop, and let `count` decay by one per (shrinking) interval instead of
 //!   resetting it, so a flow that comes back soon is signalled at the rate that worked.
+//! - **The packet in hand**: CoDel at a queue's head drops the oldest packet, with the flow's
+//!   later ones behind it to show the sender the loss. Here the packet is the newest: a drop that
+//!   falls on a segment that may end its sender's write (TCP PSH or FIN) can leave nothing
+//!   behind it, and the sender then learns of the loss from a timer (a tail loss probe or a
+//!   retransmission timeout, hundreds of ms for the last segment of a short transfer). Such a
+//!   drop moves to the flow's next packet, once: a flow that pushes every segment is dropped on
+//!   the next. Nor does a drop fall on a retransmission: the sender sent it because it heard
+//!   the last signal, and a lost retransmission is found only by a timeout (in a short
+//!   transfer's slow start, the queue still stands above target when the fast retransmission
+//!   comes, and dropping it cost one of them in seven a 200-400 ms timeout).
 //! - **BLUE**: a flow whose queue overflows its hard limit is not responding to CoDel (a UDP
 //!   flood). Each overflow raises a drop probability, each time its queue is found empty lowers
 //!   it, both at most once per `target`; packets are dropped at that probability whatever their
@@ -55,6 +65,58 @@ pub mod flags {
     /// Mark ECN-capable packets instead of dropping them.
     pub const ECN: u32 = 1 << 0;
 }
+
+/// What the law needs to know of the packet in hand (bits for [`AqmState::on_packet`]).
+pub mod packet {
+    /// It can carry a CE mark.
+    pub const ECT: u32 = 1 << 0;
+    /// It may be the last its sender has to send for now: a TCP segment with PSH or FIN.
+    pub const ENDS_WRITE: u32 = 1 << 1;
+    /// A TCP segment with no data beyond what its flow sent before ([`DataReach`]).
+    pub const RETRANSMIT: u32 = 1 << 2;
+}
+
+/// How far a TCP connection's data reaches (part of its flow's state; zero: none seen), to tell
+/// its retransmissions. Where the isolation mode makes one flow of several connections (a host,
+/// or everything), it follows the connection of the flow's latest data segment: a segment of
+/// another one starts it again, as new.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataReach {
+    /// One past the highest sequence number sent.
+    pub end: u32,
+    /// The connection's ports (source in the high half, [`DataReach::ports`]); zero before
+    /// any segment with data (no TCP connection has both ports zero).
+    pub ports: u32,
+}
+
+impl DataReach {
+    /// The connection identity [`DataReach::on_segment`] takes.
+    pub const fn ports(src_port: u16, dst_port: u16) -> u32 {
+        (src_port as u32) << 16 | dst_port as u32
+    }
+
+    /// Records a segment of the connection `ports` carrying `payload` bytes from `seq` (`data`:
+    /// a TCP segment with data; anything else leaves the state alone) and returns
+    /// [`packet::RETRANSMIT`] if none of it reaches beyond what the connection sent before,
+    /// else 0. Branch-free: the data path calls it on every packet, TCP or not.
+    #[inline(always)]
+    pub fn on_segment(&mut self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
+        let data = data as u32;
+        let same = (self.ports == ports) as u32;
+        let end = seq.wrapping_add(payload);
+        let beyond = crate::ackfilter::after(end, self.end) as u32;
+        let retransmit = data & same & (beyond ^ 1);
+        let reach = data & ((same ^ 1) | beyond);
+        self.end = branchless::select(reach as u64, end as u64, self.end as u64) as u32;
+        self.ports = branchless::select(data as u64, ports as u64, self.ports as u64) as u32;
+        retransmit * packet::RETRANSMIT
+    }
+}
+
+/// `AqmState::signalling`: the queue stands above target, and a drop due on a packet that may
+/// end a write was moved to the flow's next packet.
+const SIGNAL_DEFERRED: u32 = 2;
 
 /// CAKE's RTT presets (the interval; the target is 5% of it).
 pub const RTT_PRESETS: [(&str, u64); 8] = [
@@ -113,7 +175,8 @@ pub struct AqmState {
     pub inv_sqrt: u32,
     /// BLUE's drop probability in Q32.
     pub p_drop: u32,
-    /// Non-zero while the queue stands above target.
+    /// Non-zero while the queue stands above target ([`SIGNAL_DEFERRED`] with a drop moved
+    /// to the flow's next packet).
     pub signalling: u32,
 }
 
@@ -192,8 +255,8 @@ impl AqmState {
     /// Decides for a packet that will wait `queue_ns` behind its flow's earlier packets;
     /// `empty` says the flow's queue had drained when it came (its clock had passed), which
     /// relaxes BLUE. `floor_ns` is the smallest queue that counts as standing for this flow
-    /// (the target, raised for flows whose own pace makes two frames take longer); `ect` says
-    /// whether the packet can carry a mark; `random` is a uniform u32 for BLUE.
+    /// (the target, raised for flows whose own pace makes two frames take longer); `packet`
+    /// holds [`packet`] bits; `random` is a uniform u32 for BLUE.
     ///
     /// `count` changes in one place, so the data path carries one copy of the square root.
     #[inline(always)]
@@ -205,7 +268,7 @@ impl AqmState {
         queue_ns: u64,
         empty: bool,
         floor_ns: u64,
-        ect: bool,
+        packet: u32,
         random: u32,
     ) -> Verdict {
         if queue_ns > p.limit_ns {
@@ -239,18 +302,28 @@ impl AqmState {
         }
 
         let mut verdict = Verdict::Pass;
-        if due {
+        let mark = packet & packet::ECT != 0 && p.flags & flags::ECN != 0;
+        // A drop on a retransmission, or on a segment that may end its write, moves to the
+        // flow's next packet, still due then (the module's doc says why); for the latter once,
+        // so that pushing every segment does not escape the law.
+        let spare = packet & packet::RETRANSMIT != 0
+            || (packet & packet::ENDS_WRITE != 0 && self.signalling == 1);
+        let defer = due && !mark && self.signalling != 0 && spare;
+        if defer {
+            self.signalling = SIGNAL_DEFERRED;
+        } else if due {
             // Above target: signal, and the next comes sooner. Below: the count decays by one
             // per (shrinking) interval instead of resetting, so a flow that comes back soon is
             // signalled at the rate that worked.
             let signal = self.signalling != 0;
             if signal {
-                verdict = if ect && p.flags & flags::ECN != 0 {
+                verdict = if mark {
                     Verdict::Mark
                 } else {
                     Verdict::DropCodel
                 };
                 self.count = self.count.saturating_add(1);
+                self.signalling = 1;
             } else {
                 self.count -= 1;
             }
@@ -401,12 +474,12 @@ mod tests {
         duration: u64,
         gap: u64,
         queue: u64,
-        ect: bool,
+        packet: u32,
     ) -> Vec<(u64, Verdict)> {
         let mut out = Vec::new();
         let mut t = start;
         while t < start + duration {
-            let v = s.on_packet(p, t, queue, false, p.target_ns, ect, u32::MAX);
+            let v = s.on_packet(p, t, queue, false, p.target_ns, packet, u32::MAX);
             if v != Verdict::Pass {
                 out.push((t, v));
             }
@@ -419,9 +492,9 @@ mod tests {
     fn no_signal_below_target_or_within_the_first_interval() {
         let p = params();
         let mut s = AqmState::default();
-        assert!(run(&mut s, &p, 0, 2_000 * MS, MS / 10, 4 * MS, false).is_empty());
+        assert!(run(&mut s, &p, 0, 2_000 * MS, MS / 10, 4 * MS, 0).is_empty());
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 99 * MS, MS / 10, 20 * MS, false);
+        let signals = run(&mut s, &p, 0, 99 * MS, MS / 10, 20 * MS, 0);
         assert!(signals.is_empty(), "{signals:?}");
     }
 
@@ -429,7 +502,7 @@ mod tests {
     fn signals_follow_codel_spacing_while_above_target() {
         let p = params();
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        let signals = run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, 0);
         assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
         let times: Vec<u64> = signals.iter().map(|(t, _)| *t).collect();
         // First one interval after the queue first stood above target.
@@ -454,7 +527,7 @@ mod tests {
     fn ecn_capable_packets_are_marked_not_dropped() {
         let p = params();
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, packet::ECT);
         assert!(!signals.is_empty());
         assert!(signals.iter().all(|(_, v)| *v == Verdict::Mark));
         // Without ECN enabled they are dropped.
@@ -463,28 +536,182 @@ mod tests {
             ..params()
         };
         let mut s = AqmState::default();
-        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, true);
+        let signals = run(&mut s, &p, 0, 500 * MS, MS / 100, 20 * MS, packet::ECT);
         assert!(signals.iter().all(|(_, v)| *v == Verdict::DropCodel));
+    }
+
+    /// Feeds a flow whose queue stands at 20 ms, one packet every 10 µs, the `i`th with
+    /// `packet(i)`'s bits, for `duration`; returns the indices of the signalled packets.
+    fn signalled(duration: u64, packet: impl Fn(u64) -> u32) -> Vec<(u64, Verdict)> {
+        let p = params();
+        let mut s = AqmState::default();
+        let mut out = Vec::new();
+        for i in 0..duration / (MS / 100) {
+            let v = s.on_packet(
+                &p,
+                i * (MS / 100),
+                20 * MS,
+                false,
+                p.target_ns,
+                packet(i),
+                u32::MAX,
+            );
+            if v != Verdict::Pass {
+                out.push((i, v));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_drop_due_on_a_segment_that_may_end_its_write_falls_on_the_next_packet() {
+        let plain = signalled(1_000 * MS, |_| 0);
+        // Every tenth segment pushed, the one a drop first falls due on among them.
+        let first = plain[0].0;
+        let pushed = move |i: u64| {
+            if i % 10 == first % 10 {
+                packet::ENDS_WRITE
+            } else {
+                0
+            }
+        };
+        let moved = signalled(1_000 * MS, pushed);
+        assert_eq!(moved.len(), plain.len(), "as many signals: {moved:?}");
+        for ((i, v), (j, w)) in plain.iter().zip(&moved) {
+            assert_eq!((*v, *w), (Verdict::DropCodel, Verdict::DropCodel));
+            if i % 10 == first % 10 {
+                assert_eq!(
+                    *j,
+                    i + 1,
+                    "a drop due on a pushed segment falls on the next one"
+                );
+            } else {
+                assert_eq!(j, i, "others where they fell due");
+            }
+        }
+        // A flow that pushes every segment is dropped one packet later, as often.
+        let all = signalled(1_000 * MS, |_| packet::ENDS_WRITE);
+        let shifted: Vec<(u64, Verdict)> = plain.iter().map(|(i, v)| (i + 1, *v)).collect();
+        assert_eq!(all, shifted);
+        // A mark does not lose the packet: it stays where it falls due.
+        let marked = signalled(1_000 * MS, |_| packet::ECT | packet::ENDS_WRITE);
+        let plain_marked = signalled(1_000 * MS, |_| packet::ECT);
+        assert_eq!(marked, plain_marked);
+        assert!(marked.iter().all(|(_, v)| *v == Verdict::Mark));
+    }
+
+    #[test]
+    fn a_drop_never_falls_on_a_retransmission() {
+        let plain = signalled(1_000 * MS, |_| 0);
+        // Every packet from the first drop due on for five is a retransmission (a sender in
+        // recovery): the drop falls on the first new segment after them, as due as it was.
+        let first = plain[0].0;
+        let retransmits = move |i: u64| {
+            if (first..first + 5).contains(&i) {
+                packet::RETRANSMIT | packet::ENDS_WRITE
+            } else {
+                0
+            }
+        };
+        let moved = signalled(1_000 * MS, retransmits);
+        assert_eq!(moved[0], (first + 5, Verdict::DropCodel));
+        assert_eq!(moved.len(), plain.len());
+        // A mark loses nothing: a retransmission that can carry one is marked.
+        let marked = signalled(1_000 * MS, |_| packet::ECT | packet::RETRANSMIT);
+        assert_eq!(marked, signalled(1_000 * MS, |_| packet::ECT));
+    }
+
+    #[test]
+    fn data_reach_tells_retransmissions_across_the_wrap() {
+        let a = DataReach::ports(40_000, 443);
+        let mut r = DataReach::default();
+        assert_eq!(
+            r.on_segment(true, a, u32::MAX - 999, 1000),
+            0,
+            "the first is new"
+        );
+        assert_eq!(r.on_segment(true, a, 0, 1000), 0, "beyond, across the wrap");
+        assert_eq!(r.end, 1000);
+        assert_eq!(
+            r.on_segment(true, a, u32::MAX - 999, 1000),
+            packet::RETRANSMIT
+        );
+        assert_eq!(
+            r.on_segment(true, a, 500, 500),
+            packet::RETRANSMIT,
+            "ends where it is"
+        );
+        assert_eq!(
+            r.on_segment(true, a, 500, 1000),
+            0,
+            "partly new: carries news"
+        );
+        assert_eq!(r.end, 1500);
+        // Not TCP data (a pure ACK, another protocol): neither counted nor recorded.
+        assert_eq!(r.on_segment(false, a, 0, 0), 0);
+        assert_eq!(r.on_segment(false, 7, 9_999, 1000), 0);
+        assert_eq!((r.end, r.ports), (1500, a));
+        let mut fresh = DataReach::default();
+        assert_eq!(fresh.on_segment(false, a, 0, 1000), 0);
+        assert_eq!(fresh, DataReach::default());
+        // A flow of several connections (a host's): another connection's segment starts it
+        // again, as new; its own retransmissions are told until the next switch.
+        let b = DataReach::ports(40_001, 443);
+        assert_eq!(
+            r.on_segment(true, b, 100, 1000),
+            0,
+            "below a's reach, but b's"
+        );
+        assert_eq!(r.on_segment(true, b, 100, 1000), packet::RETRANSMIT);
+        assert_eq!(
+            r.on_segment(true, a, 0, 1000),
+            0,
+            "a again: new to the flow"
+        );
+    }
+
+    #[test]
+    fn a_deferred_drop_is_forgotten_when_the_queue_falls_below_target() {
+        let p = params();
+        let mut s = AqmState::default();
+        run(&mut s, &p, 0, 300 * MS, MS / 100, 20 * MS, 0);
+        let count = s.count;
+        // Due on a pushed segment: moved; then the queue has drained.
+        let t = s.next_ns;
+        let v = s.on_packet(
+            &p,
+            t,
+            20 * MS,
+            false,
+            p.target_ns,
+            packet::ENDS_WRITE,
+            u32::MAX,
+        );
+        assert_eq!((v, s.signalling), (Verdict::Pass, SIGNAL_DEFERRED));
+        let v = s.on_packet(&p, t + MS / 100, MS, false, p.target_ns, 0, u32::MAX);
+        assert_eq!(v, Verdict::Pass, "below target: no drop");
+        assert_eq!(s.signalling, 0);
+        assert!(s.count < count, "the count decays as after any episode");
     }
 
     #[test]
     fn count_decays_instead_of_resetting_and_a_quick_return_resumes_fast() {
         let p = params();
         let mut s = AqmState::default();
-        run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, false);
+        run(&mut s, &p, 0, 1_000 * MS, MS / 100, 20 * MS, 0);
         let peak = s.count;
         assert!(peak > 10);
         // Below target for a short while: the count decays a little, not to zero.
-        run(&mut s, &p, 1_000 * MS, 50 * MS, MS / 100, MS, false);
+        run(&mut s, &p, 1_000 * MS, 50 * MS, MS / 100, MS, 0);
         assert!(s.count > 0 && s.count < peak, "{} of {peak}", s.count);
         assert_eq!(s.signalling, 0);
         // Back above: the first signal comes well within an interval.
-        let signals = run(&mut s, &p, 1_050 * MS, 100 * MS, MS / 100, 20 * MS, false);
+        let signals = run(&mut s, &p, 1_050 * MS, 100 * MS, MS / 100, 20 * MS, 0);
         assert!(signals[0].0 < 1_050 * MS + 60 * MS, "{signals:?}");
         // A long quiet spell (empty queues) decays it fully.
         let mut t = 1_200 * MS;
         for _ in 0..10_000 {
-            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            s.on_packet(&p, t, 0, true, p.target_ns, 0, u32::MAX);
             t += 10 * MS;
         }
         assert_eq!(s.count, 0);
@@ -497,7 +724,15 @@ mod tests {
         // Overflow every millisecond for a second: at most once per target counts.
         for i in 0..1_000 {
             assert_eq!(
-                s.on_packet(&p, i * MS, 500 * MS, false, p.target_ns, true, u32::MAX),
+                s.on_packet(
+                    &p,
+                    i * MS,
+                    500 * MS,
+                    false,
+                    p.target_ns,
+                    packet::ECT,
+                    u32::MAX
+                ),
                 Verdict::DropOverlimit
             );
         }
@@ -506,18 +741,18 @@ mod tests {
         // Below the limit, an ECN-capable packet drawn under p_drop is still dropped.
         let t = 1_000 * MS;
         assert_eq!(
-            s.on_packet(&p, t, MS, false, p.target_ns, true, 0),
+            s.on_packet(&p, t, MS, false, p.target_ns, packet::ECT, 0),
             Verdict::DropBlue
         );
         assert_ne!(
-            s.on_packet(&p, t, MS, false, p.target_ns, true, u32::MAX),
+            s.on_packet(&p, t, MS, false, p.target_ns, packet::ECT, u32::MAX),
             Verdict::DropBlue
         );
         // Empty queues bring it back down, slowly.
         let before = s.p_drop;
         let mut t = 2_000 * MS;
         for _ in 0..10 {
-            s.on_packet(&p, t, 0, true, p.target_ns, false, u32::MAX);
+            s.on_packet(&p, t, 0, true, p.target_ns, 0, u32::MAX);
             t += 10 * MS;
         }
         assert_eq!(before - s.p_drop, 10 * BLUE_DECREMENT);

@@ -3,7 +3,7 @@
 
 use crate::{
     ackfilter::{AckState, KeepReason, ReverseState},
-    aqm::{AqmParams, AqmState},
+    aqm::{AqmParams, AqmState, DataReach},
     diffserv::MAX_TINS,
 };
 
@@ -250,6 +250,8 @@ pub struct FlowState {
     /// carried to its clock: a frame (`AqmParams::mtu_bytes`) less what it sent since it was
     /// last found idle, zero once a packet beyond them queued (see `fair::schedule`).
     pub sparse_credit_bytes: u64,
+    /// How far its TCP data reaches: its retransmissions are spared the AQM's drops.
+    pub data_reach: DataReach,
 }
 
 /// A host's levels, written only by the control plane (hash, key [`FlowKey`] of the host).
@@ -566,7 +568,7 @@ pub mod program_slots {
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
     assert!(core::mem::size_of::<HostState>() == 120);
-    assert!(core::mem::size_of::<FlowState>() == 96);
+    assert!(core::mem::size_of::<FlowState>() == 104);
     assert!(core::mem::size_of::<HostRate>() == 32);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);

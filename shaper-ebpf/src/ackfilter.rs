@@ -35,11 +35,7 @@ pub fn candidate(info: &PacketInfo, config: &ShaperConfig) -> bool {
     // a branch on the protocol (known on each parsed path) would keep TCP and UDP paths apart
     // through the whole program.
     config.ack_filter != AckFilter::Off as u32
-        && is_pure_ack(
-            info.tcp_flags,
-            info.ip_payload_len
-                .saturating_sub(info.tcp_header_len as u32),
-        )
+        && is_pure_ack(info.tcp_flags, info.tcp_payload_len())
 }
 
 /// The key of a flow's ACKs: their 5-tuple as they travel (`reversed`: the 5-tuple of the ACKs
@@ -160,9 +156,7 @@ pub fn observe(info: &PacketInfo) {
     if info.ip_proto != IPPROTO_TCP {
         return;
     }
-    let payload = info
-        .ip_payload_len
-        .saturating_sub(info.tcp_header_len as u32);
+    let payload = info.tcp_payload_len();
     if payload == 0 {
         return;
     }

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     ackfilter,
-    aqm::{self, Verdict},
+    aqm::{self, DataReach, Verdict},
     branchless,
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
@@ -31,7 +31,7 @@ use crate::{
     calendar,
     clock::{self, Reserved},
     ecn,
-    parse::{ETH_P_IPV6, PacketInfo},
+    parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
 };
 
 #[map(name = "SHAPER_LEVELS")]
@@ -195,7 +195,7 @@ pub fn schedule(
             queue_ns: flow_clock.saturating_sub(now),
             wire,
             flow_ns_per_byte_fp: flow_fp,
-            ect: ecn::capable(info),
+            bits: aqm_bits(info, flow),
         };
         match aqm_verdict(flow, config, &packet) {
             Verdict::Pass => {}
@@ -371,7 +371,24 @@ struct AqmPacket {
     /// Its size on the wire (its frames' size, for the standing floor).
     wire: u64,
     flow_ns_per_byte_fp: u64,
-    ect: bool,
+    /// `aqm::packet` bits.
+    bits: u32,
+}
+
+/// What the AQM needs to know of the packet's kind: whether it can carry a mark, whether it may
+/// end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols),
+/// and whether it is a retransmission (recording how far its connection's data reaches).
+#[inline(always)]
+fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
+    use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
+    let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
+    let payload = info.tcp_payload_len();
+    let data = (info.ip_proto == IPPROTO_TCP) & (payload != 0);
+    let ports = DataReach::ports(info.src_port, info.dst_port);
+    let retransmit = flow
+        .data_reach
+        .on_segment(data, ports, info.tcp_seq, payload);
+    ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE + retransmit
 }
 
 /// The AQM's verdict on a packet of `flow`.
@@ -396,7 +413,7 @@ fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) 
         packet.queue_ns,
         empty,
         floor,
-        packet.ect,
+        packet.bits,
         random,
     )
 }

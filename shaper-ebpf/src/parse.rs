@@ -73,6 +73,16 @@ pub struct PacketInfo {
     pub l4_offset: u32,
 }
 
+impl PacketInfo {
+    /// Bytes of TCP payload; for other protocols, their whole IP payload (no TCP header to
+    /// take off): callers that care test the protocol.
+    #[inline(always)]
+    pub fn tcp_payload_len(&self) -> u32 {
+        self.ip_payload_len
+            .saturating_sub(self.tcp_header_len as u32)
+    }
+}
+
 #[inline(always)]
 fn ptr_at<T>(ctx: &TcContext, offset: usize) -> Result<*const T, ParseError> {
     let start = ctx.data();

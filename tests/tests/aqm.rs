@@ -30,8 +30,12 @@ const ECT1: u8 = 0b01;
 const CE: u8 = 0b11;
 
 fn harness(limit_ns: u64) -> Harness {
+    harness_isolating(limit_ns, Isolation::Flows)
+}
+
+fn harness_isolating(limit_ns: u64, isolation: Isolation) -> Harness {
     Harness::new(ShaperConfig {
-        isolation: Isolation::Flows as u32,
+        isolation: isolation as u32,
         aqm: AqmParams {
             target_ns: MS,
             interval_ns: 5 * MS,
@@ -55,10 +59,23 @@ fn flow(h: &Harness, port: u16) -> FlowState {
         .1
 }
 
-/// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum.
+/// An IPv4 TCP frame of a flow with the given ECN bits and a valid header checksum: a segment
+/// that ends its sender's write (PSH).
 fn tcp4(port: u16, ecn: u8) -> Vec<u8> {
     packet::tcp4_ds(port, ecn, FRAME)
 }
+
+/// The same from the middle of a write: no PSH.
+fn tcp4_bulk(port: u16, ecn: u8) -> Vec<u8> {
+    let mut f = tcp4(port, ecn);
+    f[TCP_FLAGS] &= !PSH;
+    f
+}
+
+/// Where the TCP sequence number and flags are in the tests' IPv4 frames.
+const TCP_SEQ: usize = 14 + 20 + 4;
+const TCP_FLAGS: usize = 14 + 20 + 13;
+const PSH: u8 = 0x08;
 
 /// An IPv6 UDP frame with the given ECN bits (traffic class 0 otherwise).
 fn udp6(ecn: u8) -> Vec<u8> {
@@ -69,14 +86,26 @@ fn udp6(ecn: u8) -> Vec<u8> {
     Frame::ether_type(ETH_P_IPV6).payload(ip).build()
 }
 
-/// Queues a burst for the flow of `frame`, waits past the interval, and returns the outcome of
-/// the next packet: the one CoDel signals.
+/// The `i`th segment of the flow of `frame`: an IPv4 TCP frame gets the sequence number that
+/// follows the `i - 1` before it (the same frame sent again would be a retransmission); any
+/// other frame is returned as it is.
+fn nth(frame: &[u8], i: usize) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    if f[12..14] == [0x08, 0x00] && f[23] == 6 {
+        let seq = (i * (FRAME - 54)) as u32;
+        f[TCP_SEQ..TCP_SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+    }
+    f
+}
+
+/// Queues a burst of the flow of `frame`, waits past the interval, and returns the outcome of
+/// the next packet (segment `BURST`): the one CoDel signals.
 fn standing_queue_then_one_more(h: &mut Harness, frame: &[u8]) -> shaper_tests::Outcome {
-    for _ in 0..BURST {
-        assert_eq!(h.run(frame, &SkbContext::default()).verdict, PASS);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(frame, i), &SkbContext::default()).verdict, PASS);
     }
     sleep(Duration::from_millis(7));
-    h.run(frame, &SkbContext::default())
+    h.run(&nth(frame, BURST), &SkbContext::default())
 }
 
 #[test]
@@ -121,7 +150,7 @@ fn ecn_capable_ipv6_is_marked() {
 #[test]
 fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     let mut h = harness(1_000 * MS);
-    let frame = tcp4(40_001, 0);
+    let frame = tcp4_bulk(40_001, 0);
     let out = standing_queue_then_one_more(&mut h, &frame);
     assert_eq!(out.verdict, DROP);
     let stats = h.view().stats;
@@ -129,7 +158,7 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     assert_eq!(stats.ecn_marked, 0);
     // The flow's clock did not move for the dropped packet: the next one departs right after
     // the burst (the signal is not due again for a while).
-    let next = h.run(&frame, &SkbContext::default());
+    let next = h.run(&nth(&frame, BURST + 1), &SkbContext::default());
     assert_eq!(next.verdict, PASS);
     let flow = flow(&h, 40_001);
     assert_eq!(
@@ -139,6 +168,71 @@ fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
     );
     let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     assert_eq!(flow.clock_ns - next.ctx.tstamp(), tx);
+}
+
+#[test]
+fn a_drop_due_on_a_segment_that_ends_a_write_falls_on_the_flows_next_packet() {
+    let mut h = harness(1_000 * MS);
+    let pushed = tcp4(40_004, 0);
+    let out = standing_queue_then_one_more(&mut h, &pushed);
+    assert_eq!(
+        out.verdict, PASS,
+        "the segment that may be the write's last goes on"
+    );
+    assert_ne!(out.ctx.tstamp(), 0);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 0);
+    // The drop is still due: the flow's next packet takes it, pushed or not.
+    let next = h.run(
+        &nth(&tcp4_bulk(40_004, 0), BURST + 1),
+        &SkbContext::default(),
+    );
+    assert_eq!(next.verdict, DROP);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
+    let mut h = harness(1_000 * MS);
+    standing_queue_then_one_more(&mut h, &pushed);
+    let again = h.run(&nth(&pushed, BURST + 1), &SkbContext::default());
+    assert_eq!(
+        again.verdict, DROP,
+        "moved once: pushing every segment does not escape it"
+    );
+}
+
+#[test]
+fn a_drop_never_falls_on_a_retransmission() {
+    let mut h = harness(1_000 * MS);
+    let bulk = tcp4_bulk(40_005, 0);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(&bulk, i), &SkbContext::default()).verdict, PASS);
+    }
+    sleep(Duration::from_millis(7));
+    // The drop is due; the flow's first segment again and one that ends where the flow's data
+    // does (retransmissions) both go on.
+    for i in [0, BURST - 1] {
+        let out = h.run(&nth(&bulk, i), &SkbContext::default());
+        assert_eq!(out.verdict, PASS, "retransmission of segment {i}");
+    }
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 0);
+    // New data takes the drop.
+    let new = h.run(&nth(&bulk, BURST), &SkbContext::default());
+    assert_eq!(new.verdict, DROP);
+    assert_eq!(h.view().stats.dropped[DropReason::Codel as usize], 1);
+}
+
+#[test]
+fn in_a_flow_of_several_connections_another_connections_segment_is_not_a_retransmission() {
+    // Flow-blind: every packet is one flow. Connection A queues; the drop falls due on a
+    // segment of connection B whose sequence number lies below A's reach.
+    let mut h = harness_isolating(1_000 * MS, Isolation::FlowBlind);
+    let a = tcp4_bulk(40_006, 0);
+    for i in 0..BURST {
+        assert_eq!(h.run(&nth(&a, i + 5), &SkbContext::default()).verdict, PASS);
+    }
+    sleep(Duration::from_millis(7));
+    let b = h.run(&nth(&tcp4_bulk(40_007, 0), 1), &SkbContext::default());
+    assert_eq!(
+        b.verdict, DROP,
+        "B's first segment is new, whatever A's reach"
+    );
 }
 
 #[test]
