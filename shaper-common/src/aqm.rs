@@ -114,8 +114,10 @@ impl DataReach {
     }
 }
 
-/// `AqmState::signalling`: the queue stands above target, and a drop due on a packet that may
-/// end a write was moved to the flow's next packet.
+/// `AqmState::signalling` (zero: the queue is not above target): it stands above target.
+const SIGNAL_ABOVE: u32 = 1;
+/// It stands above target, and a drop due on a packet that may end a write was moved to the
+/// flow's next packet.
 const SIGNAL_DEFERRED: u32 = 2;
 
 /// CAKE's RTT presets (the interval; the target is 5% of it).
@@ -175,8 +177,8 @@ pub struct AqmState {
     pub inv_sqrt: u32,
     /// BLUE's drop probability in Q32.
     pub p_drop: u32,
-    /// Non-zero while the queue stands above target ([`SIGNAL_DEFERRED`] with a drop moved
-    /// to the flow's next packet).
+    /// Zero, [`SIGNAL_ABOVE`] or [`SIGNAL_DEFERRED`]: non-zero while the queue stands above
+    /// target.
     pub signalling: u32,
 }
 
@@ -243,7 +245,7 @@ impl AqmState {
             self.blue_ns = now_ns;
         }
         if self.signalling == 0 {
-            self.signalling = 1;
+            self.signalling = SIGNAL_ABOVE;
             self.next_ns = now_ns;
         }
         if self.count == 0 {
@@ -285,7 +287,7 @@ impl AqmState {
                 // First time above: the first signal comes one (scaled) interval from now,
                 // unless the queue falls below in the meantime. A flow still decaying from a
                 // recent episode resumes at the spacing that worked then.
-                self.signalling = 1;
+                self.signalling = SIGNAL_ABOVE;
                 let spacing = if self.count < 2 {
                     u32::MAX
                 } else {
@@ -307,7 +309,7 @@ impl AqmState {
         // flow's next packet, still due then (the module's doc says why); for the latter once,
         // so that pushing every segment does not escape the law.
         let spare = packet & packet::RETRANSMIT != 0
-            || (packet & packet::ENDS_WRITE != 0 && self.signalling == 1);
+            || (packet & packet::ENDS_WRITE != 0 && self.signalling == SIGNAL_ABOVE);
         let defer = due && !mark && self.signalling != 0 && spare;
         if defer {
             self.signalling = SIGNAL_DEFERRED;
@@ -323,7 +325,7 @@ impl AqmState {
                     Verdict::DropCodel
                 };
                 self.count = self.count.saturating_add(1);
-                self.signalling = 1;
+                self.signalling = SIGNAL_ABOVE;
             } else {
                 self.count -= 1;
             }
@@ -541,7 +543,7 @@ mod tests {
     }
 
     /// Feeds a flow whose queue stands at 20 ms, one packet every 10 µs, the `i`th with
-    /// `packet(i)`'s bits, for `duration`; returns the indices of the signalled packets.
+    /// `packet(i)`'s bits, for `duration`; returns the signalled packets' indices and verdicts.
     fn signalled(duration: u64, packet: impl Fn(u64) -> u32) -> Vec<(u64, Verdict)> {
         let p = params();
         let mut s = AqmState::default();
