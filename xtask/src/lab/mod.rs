@@ -525,18 +525,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_run_a_crash_hits_runs_again_once_then_fails() {
+    /// A lab of two contenders whose boot crashed during its second run: the first finished
+    /// (`ok`), the second left half its files. Returns the scenario and the raw results' dir.
+    fn lab_crashed_in_second_run(tag: &str) -> (scenario::Scenario, PathBuf) {
         let dir = crate::workspace_root().join("lab/scenarios");
         let s = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
-        let work = vec![(&s, &s.contenders[0]), (&s, &s.contenders[1])];
-        let raw = std::env::temp_dir().join(format!("shaper-after-crash-{}", std::process::id()));
+        let raw = std::env::temp_dir().join(format!("shaper-{tag}-{}", std::process::id()));
         let done = run_dir(&raw, &s, &s.contenders[0], 1);
         std::fs::create_dir_all(&done).unwrap();
         std::fs::write(done.join("status"), "ok\n").unwrap();
+        let hit = run_dir(&raw, &s, &s.contenders[1], 1);
+        std::fs::create_dir_all(&hit).unwrap();
+        std::fs::write(hit.join("log"), "half a run\n").unwrap();
+        (s, raw)
+    }
+
+    #[test]
+    fn a_run_a_crash_hits_runs_again_once_then_fails() {
+        let (s, raw) = lab_crashed_in_second_run("after-crash");
+        let work = vec![(&s, &s.contenders[0]), (&s, &s.contenders[1])];
         let hit_dir = run_dir(&raw, &s, &s.contenders[1], 1);
-        std::fs::create_dir_all(&hit_dir).unwrap();
-        std::fs::write(hit_dir.join("log"), "half a run\n").unwrap();
         let pending = [(0, 1), (1, 1), (0, 2), (1, 2)];
         let mut crashed_once = Vec::new();
         let first = after_crash(&raw, &work, &pending, &mut crashed_once).unwrap();
@@ -555,16 +563,10 @@ mod tests {
 
     #[test]
     fn out_of_crashes_the_runs_left_are_failed_and_the_finished_kept() {
-        let dir = crate::workspace_root().join("lab/scenarios");
-        let s = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
+        let (s, raw) = lab_crashed_in_second_run("give-up");
         let work = vec![(&s, &s.contenders[0]), (&s, &s.contenders[1])];
-        let raw = std::env::temp_dir().join(format!("shaper-give-up-{}", std::process::id()));
         let done = run_dir(&raw, &s, &s.contenders[0], 1);
-        std::fs::create_dir_all(&done).unwrap();
-        std::fs::write(done.join("status"), "ok\n").unwrap();
         let hit = run_dir(&raw, &s, &s.contenders[1], 1);
-        std::fs::create_dir_all(&hit).unwrap();
-        std::fs::write(hit.join("log"), "half a run\n").unwrap();
         let lost = give_up(&raw, &work, &[(0, 1), (1, 1), (0, 2)], 5).unwrap();
         let status = |d: &Path| std::fs::read_to_string(d.join("status")).unwrap();
         let kept = status(&done);
