@@ -346,12 +346,11 @@ fn give_up(
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(
-            dir.join("status"),
-            format!(
-                "failed\nnot run: the VM's kernel crashed {crashes} times during this lab (see \
-                 the console), more than it is given boots for\n"
+        record_failed(
+            &dir,
+            &format!(
+                "not run: the VM's kernel crashed {crashes} times during this lab (see the \
+                 console), more than it is given boots for"
             ),
         )?;
         lost += 1;
@@ -418,17 +417,24 @@ fn after_crash(
         );
         return Ok(pending[hit..].to_vec());
     }
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("status"),
-        "failed\nthe VM's kernel crashed during this run, twice (see the console); the lab \
-         booted again for the runs after it\n",
+    record_failed(
+        &dir,
+        "the VM's kernel crashed during this run, twice (see the console); the lab booted \
+         again for the runs after it",
     )?;
     eprintln!(
         "lab: {} / {} / repetition {rep}: the VM's kernel crashed again",
         s.name, c.name
     );
     Ok(pending[hit + 1..].to_vec())
+}
+
+/// Records a run the VM did not finish as failed, with `reason`, as the runner records the
+/// runs it fails (`status`: the verdict, then why).
+fn record_failed(dir: &Path, reason: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("status"), format!("failed\n{reason}\n"))?;
+    Ok(())
 }
 
 /// Where the VM leaves one run's raw results.
