@@ -84,6 +84,10 @@ pub struct RunOptions {
     /// Override every scenario's repetitions.
     #[arg(long)]
     pub repetitions: Option<u32>,
+    /// Override every scenario's `queue_interval` (e.g. 10ms; 0s: never sample): to see where
+    /// a shipped scenario's queues stand without a copy of it.
+    #[arg(long, value_name = "DURATION")]
+    pub queue_interval: Option<String>,
 }
 
 pub fn run(o: &Options) -> Result<()> {
@@ -134,12 +138,11 @@ fn check(files: &[PathBuf], plans: bool) -> Result<()> {
     Ok(())
 }
 
-/// Seconds a run takes beyond its duration: topology, the idle lead-in, teardown.
-const RUN_OVERHEAD_S: f64 = 15.0;
-
-/// Runs the lab; returns the results of every run (failed ones included) and the output dir.
-pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
-    let mut scenarios = load_all(&o.files)?;
+/// The scenarios with what `lab run`'s options override in every one of them.
+fn with_overrides(
+    mut scenarios: Vec<scenario::Scenario>,
+    o: &RunOptions,
+) -> Result<Vec<scenario::Scenario>> {
     if let Some(n) = o.repetitions {
         ensure!(
             (1..=100).contains(&n),
@@ -149,6 +152,23 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
             s.repetitions = n;
         }
     }
+    if let Some(v) = &o.queue_interval {
+        let seconds = units::seconds(v)
+            .and_then(scenario::checked_queue_interval)
+            .with_context(|| format!("--queue-interval {v}"))?;
+        for s in &mut scenarios {
+            s.queue_interval = seconds;
+        }
+    }
+    Ok(scenarios)
+}
+
+/// Seconds a run takes beyond its duration: topology, the idle lead-in, teardown.
+const RUN_OVERHEAD_S: f64 = 15.0;
+
+/// Runs the lab; returns the results of every run (failed ones included) and the output dir.
+pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
+    let scenarios = with_overrides(load_all(&o.files)?, o)?;
     let mut work: Vec<(&scenario::Scenario, &scenario::Contender)> = Vec::new();
     for s in &scenarios {
         let chosen = s.selected(&o.compare);
@@ -529,6 +549,47 @@ mod tests {
             run_order(&work),
             [(0, 1), (1, 1), (0, 2), (1, 2), (2, 1), (2, 2), (2, 3)]
         );
+    }
+
+    #[test]
+    fn run_options_override_every_scenario_and_reject_bad_values() {
+        let dir = crate::workspace_root().join("lab/scenarios");
+        let files = vec![
+            dir.join("diffserv-tins.toml"),
+            dir.join("low-rate-tso.toml"),
+        ];
+        let options = |repetitions, queue_interval: &str| RunOptions {
+            files: files.clone(),
+            compare: vec![],
+            kernel: Kernel::V6_12,
+            out: None,
+            repetitions,
+            queue_interval: Some(queue_interval.to_string()),
+        };
+        let o = options(Some(3), "10ms");
+        let scenarios = with_overrides(load_all(&o.files).unwrap(), &o).unwrap();
+        assert_eq!(scenarios.len(), 2);
+        for s in &scenarios {
+            assert_eq!(s.repetitions, 3);
+            assert!(
+                (s.queue_interval - 0.01).abs() < 1e-9,
+                "{}",
+                s.queue_interval
+            );
+        }
+        let o = options(None, "0s");
+        let scenarios = with_overrides(load_all(&o.files).unwrap(), &o).unwrap();
+        assert!(scenarios.iter().all(|s| s.queue_interval == 0.0));
+        for (repetitions, interval, says) in [
+            (None, "5ms", "--queue-interval 5ms"),
+            (None, "11s", "--queue-interval 11s"),
+            (None, "soon", "--queue-interval soon"),
+            (Some(0), "10ms", "--repetitions must be between 1 and 100"),
+        ] {
+            let o = options(repetitions, interval);
+            let err = with_overrides(load_all(&o.files).unwrap(), &o).unwrap_err();
+            assert!(format!("{err:#}").contains(says), "{err:#}");
+        }
     }
 
     /// A lab of two contenders whose boot crashed during its second run: the first finished

@@ -22,6 +22,7 @@ pub fn run(kernel: Kernel) -> Result<()> {
         kernel,
         out: Some(root.join(format!("target/lab/sanity-{kernel}"))),
         repetitions: None,
+        queue_interval: None,
     })?;
     let failures = check(&results);
     if !failures.is_empty() {

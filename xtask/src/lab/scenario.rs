@@ -419,6 +419,16 @@ fn check_name(what: &str, name: &str) -> Result<()> {
 }
 
 /// An optional duration field, `default` when absent; errors name the field as `what`.
+/// A queue sampling interval (s), from a scenario or `lab run --queue-interval`: 0 (never) or
+/// 10 ms to 10 s (tc's answers take a few milliseconds to read).
+pub fn checked_queue_interval(seconds: f64) -> Result<f64> {
+    ensure!(
+        seconds == 0.0 || (0.01..=10.0).contains(&seconds),
+        "a queue sampling interval must be between 10ms and 10s, or 0s for none"
+    );
+    Ok(seconds)
+}
+
 fn optional_seconds(
     v: Option<&str>,
     default: f64,
@@ -454,15 +464,12 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         (1..=100).contains(&repetitions),
         "repetitions must be between 1 and 100"
     );
-    let queue_interval = optional_seconds(
+    let queue_interval = checked_queue_interval(optional_seconds(
         f.queue_interval.as_deref(),
         DEFAULT_QUEUE_INTERVAL,
         "queue_interval",
-    )?;
-    ensure!(
-        queue_interval == 0.0 || (0.01..=10.0).contains(&queue_interval),
-        "queue_interval must be between 10ms and 10s, or 0s for none"
-    );
+    )?)
+    .context("queue_interval")?;
 
     let servers = f.topology.servers.unwrap_or_else(|| vec!["server".into()]);
     let hosts = f.topology.hosts;
