@@ -1,7 +1,7 @@
 //! DiffServ tins in the running kernel (BPF_PROG_TEST_RUN): classification by DSCP and by
 //! fwmark into per-tin hosts, washing the DSCP, and a prioritised tin going ahead of a full
 //! calendar while a tin without priority waits behind it, also once the calendar has stopped
-//! lending to sparse packets.
+//! lending to sparse packets, and sparse packets still lent to while the prioritised tin owes.
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
@@ -186,4 +186,42 @@ fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
     let v2 = h.run(&voice, &SkbContext::default()).ctx.tstamp();
     let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     assert_eq!(v2 - v1, tx, "voice keeps its own pace");
+}
+
+#[test]
+fn sparse_packets_are_still_lent_to_when_a_prioritised_tin_ran_the_debt_up() {
+    // The converse: best effort books 36 ms ahead, voice sends a burst of ten frames (each
+    // lent its time, all of it owed: the bins it may span are full), then 20 new best-effort
+    // flows send one packet each. Voice's debt is its tin's (its threshold bounds it): the
+    // sparse packets are lent to until their own debt reaches what the calendar lends (four
+    // bins), as if voice had sent nothing, and only then book behind best effort.
+    let mut h = Harness::new(with_short_bins(harness_config(false, 0)));
+    prioritise_voice(&mut h);
+    let bin = h.datapath.config().calendar_bin_ns;
+    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    for _ in 0..30 {
+        assert_eq!(h.run(&tcp4(1, 0), &SkbContext::default()).verdict, PASS);
+    }
+    let voice = tcp4(100, dscp::EF << 2);
+    for _ in 0..10 {
+        assert_eq!(h.run(&voice, &SkbContext::default()).verdict, PASS);
+    }
+    assert!(10 * tx > 4 * bin, "voice alone owes more than the calendar lends");
+    let mut at_once = 0;
+    for port in 0..20 {
+        let before = monotonic_now_ns();
+        if h.run(&tcp4(2_000 + port, 0), &SkbContext::default())
+            .ctx
+            .tstamp()
+            <= before + bin
+        {
+            at_once += 1;
+        }
+    }
+    let lendable = (4 * bin).div_ceil(tx);
+    assert!(
+        at_once >= lendable && at_once < 20,
+        "{at_once} of 20 sparse packets left at once (the calendar lends {lendable} frames)"
+    );
+    assert_eq!(h.view().stats.calendar_refused, 20 - at_once);
 }
