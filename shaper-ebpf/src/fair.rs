@@ -169,9 +169,8 @@ pub fn schedule(
     let sparse_bit = idle & unpaced;
     // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
     // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
-    // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queued behind the bulk bookings (it
-    // goes ahead of them now, below, unless the calendar will not lend); carried to its flow's
-    // clock, that wait made every later ping find its flow busy and queue
+    // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queues behind the bulk bookings;
+    // carried to its flow's clock, that wait made every later ping find its flow busy and queue
     // behind them again, for a second at a time. Its credit spent, a flow that still queues
     // carries its waits again, so a bulk flow's clock stays where its packets leave.
     // SAFETY: as for the clock; a stale read gives one packet more or less.
@@ -292,13 +291,7 @@ pub fn schedule(
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
     let tin_first = priority_tin(info.tin);
-    // A packet within the credit of a flow found idle goes ahead of the bookings too, at its
-    // flow's clock: CAKE serves a new flow's quantum before the bulk flows. Booked behind them,
-    // the second of two echo replies that a stall of the sender's namespace sent together
-    // waited for the bulk flows' 60-75 ms of bookings at 10 Mbit/s among 32 flows, and the
-    // pings after it waited behind it (a flow's packets leave in order): five pings at a time,
-    // four to seven times a run on Linux 6.1.
-    let ahead = sparse || credited != 0 || tin_first || host_ahead;
+    let ahead = sparse || tin_first || host_ahead;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
     // across the guard's branches keeps their paths apart.
     // SAFETY: as above.

@@ -294,14 +294,13 @@ fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
 }
 
 #[test]
-fn a_flow_found_idle_sends_a_frame_of_bytes_ahead_of_the_bulk_at_its_own_pace() {
+fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
     // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
-    // each at its level): its first leaves at once; its second, right behind it and within the
-    // frame's bytes a flow found idle may send (CAKE's quantum for a new flow), goes ahead of
-    // the bulk bookings too, at its flow's own pace. A packet after that pace finds the flow
-    // idle again and goes as a sparse one; past the frame's bytes, its packets queue behind the
-    // bulk bookings, and its clock keeps its own pace. No packet of it leaves before an
-    // earlier one.
+    // each at its level): its first leaves at once; its second, right behind it, queues behind
+    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
+    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
+    // order), instead of queuing behind the bulk bookings anew. No packet of it leaves before
+    // an earlier one.
     const SMALL: usize = 400;
     let rate = 1_000_000;
     let mut h = Harness::new(ShaperConfig {
@@ -332,9 +331,9 @@ fn a_flow_found_idle_sends_a_frame_of_bytes_ahead_of_the_bulk_at_its_own_pace() 
     let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
     assert!(first <= monotonic_now_ns(), "the first leaves at once");
     assert!(
-        second >= first + tx && second <= first + 2 * tx,
-        "the second leaves at its flow's pace, ahead of the bulk bookings: {} ms after the first",
-        (second - first) as f64 / MS as f64
+        second > start + 100 * MS,
+        "the second queues behind the bulk bookings: {} ms",
+        (second - start) / MS
     );
     assert!(
         clock(&h) <= start + 3 * tx,
@@ -354,8 +353,7 @@ fn a_flow_found_idle_sends_a_frame_of_bytes_ahead_of_the_bulk_at_its_own_pace() 
         (second - start) / MS
     );
     // Found idle, it has a frame's bytes again. Its next packets, within them and past them,
-    // leave in order behind the third, and its clock still advances by each one's own time:
-    // two more fit in the frame's bytes and go at its pace; the next ones queue behind the bulk.
+    // leave in order behind the third, and its clock still advances by each one's own time.
     let before = clock(&h);
     let departs: Vec<u64> = (0..4)
         .map(|_| h.run(&small, &SkbContext::default()).ctx.tstamp())
@@ -363,15 +361,6 @@ fn a_flow_found_idle_sends_a_frame_of_bytes_ahead_of_the_bulk_at_its_own_pace() 
     assert!(
         departs[0] >= third && departs.windows(2).all(|w| w[0] <= w[1]),
         "in order behind the third ({third}): {departs:?}"
-    );
-    assert!(
-        departs[1] <= third + 3 * tx,
-        "within the frame's bytes, at its pace: {departs:?}"
-    );
-    assert!(
-        departs[2] > third + 100 * MS,
-        "past them, behind the bulk bookings: {} ms after the third",
-        (departs[2] - third) / MS
     );
     assert!(clock(&h) >= before + 4 * tx, "its clock keeps its own pace");
 }
