@@ -206,7 +206,10 @@ fn sparse_packets_are_still_lent_to_when_a_prioritised_tin_ran_the_debt_up() {
     for _ in 0..10 {
         assert_eq!(h.run(&voice, &SkbContext::default()).verdict, PASS);
     }
-    assert!(10 * tx > 4 * bin, "voice alone owes more than the calendar lends");
+    assert!(
+        10 * tx > 4 * bin,
+        "voice alone owes more than the calendar lends"
+    );
     let mut at_once = 0;
     for port in 0..20 {
         let before = monotonic_now_ns();
