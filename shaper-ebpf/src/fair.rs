@@ -176,12 +176,9 @@ pub fn schedule(
     // little early, its host's guard held that packet behind the bulk flows' 70 ms of
     // bookings, and the pings after it waited behind it: 3-6 pings 50-80 ms late, 4-10 times
     // a run on Linux 6.1. Packets that find their flow's queue not empty (a burst) are not
-    // sparse, and pure ACKs take the strict test only: an ACK flow's pace is its download's,
-    // and staying sparse at the 30/1 uplink's ACK rates cost the uploads 40 kbit/s in each
-    // filter mode (fewer ACKs counted as scheduled, fewer filtered).
+    // sparse, so a loaded uplink's ACK flow does not go ahead a frame's bytes at a time.
     let drained = branchless::below(now, flow_clock) ^ 1;
-    let pure_ack = ackfilter::is_pure_ack(info.tcp_flags, info.tcp_payload_len()) as u64;
-    let sparse_bit = (idle | (drained & has_credit & (pure_ack ^ 1))) & unpaced;
+    let sparse_bit = (idle | (drained & has_credit)) & unpaced;
     // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
     // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
     // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queues behind the bulk bookings;
