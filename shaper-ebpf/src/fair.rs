@@ -166,26 +166,16 @@ pub fn schedule(
     // keystroke, a ping) that stays within its share and so waits for nobody.
     let idle = branchless::below(now, flow_clock + tx_flow) ^ 1;
     let unpaced = branchless::below(now, tcp_tstamp) ^ 1;
-    // SAFETY: as for the clock; a stale read gives one packet more or less.
-    let credit = unsafe { core::ptr::read_volatile(&raw const flow.sparse_credit_bytes) };
-    let has_credit = branchless::below(credit, wire) ^ 1;
-    // Once found idle, a flow stays sparse while its queue is empty at each packet, within the
-    // frame's bytes of credit below: idle for a packet's time is the test to become sparse, not
-    // to stay so. A flow at about half its level (echo replies every 10 ms, 5 ms each at one
-    // flow's share of 10 Mbit/s among 33) otherwise fell out of it whenever a packet came a
-    // little early, its host's guard held that packet behind the bulk flows' 70 ms of
-    // bookings, and the pings after it waited behind it: 3-6 pings 50-80 ms late, 4-10 times
-    // a run on Linux 6.1. Packets that find their flow's queue not empty (a burst) are not
-    // sparse, so a loaded uplink's ACK flow does not go ahead a frame's bytes at a time.
-    let drained = branchless::below(now, flow_clock) ^ 1;
-    let sparse_bit = (idle | (drained & has_credit)) & unpaced;
+    let sparse_bit = idle & unpaced;
     // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
     // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
     // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queues behind the bulk bookings;
     // carried to its flow's clock, that wait made every later ping find its flow busy and queue
     // behind them again, for a second at a time. Its credit spent, a flow that still queues
     // carries its waits again, so a bulk flow's clock stays where its packets leave.
-    let credited = has_credit & (sparse_bit ^ 1) & unpaced;
+    // SAFETY: as for the clock; a stale read gives one packet more or less.
+    let credit = unsafe { core::ptr::read_volatile(&raw const flow.sparse_credit_bytes) };
+    let credited = (branchless::below(credit, wire) ^ 1) & (idle ^ 1) & unpaced;
     let quantum = config.aqm.mtu_bytes as u64;
     let left = branchless::select(
         idle,

@@ -293,11 +293,14 @@ fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
     assert_eq!(h.view().stats.sparse, sparse_before);
 }
 
-/// Flows isolated at 1 Mbit/s, where four bulk flows at the whole rate each (no control plane
-/// lowers their levels) overbook the calendar: what comes after them books behind their 80
-/// frames. Returns the harness, a 400-byte packet of another flow (port 40,006) and its time at
-/// its level (3.2 ms).
-fn small_flow_beside_overbooked_bulk() -> (Harness, Vec<u8>, u64) {
+#[test]
+fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
+    // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
+    // each at its level): its first leaves at once; its second, right behind it, queues behind
+    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
+    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
+    // order), instead of queuing behind the bulk bookings anew. No packet of it leaves before
+    // an earlier one.
     const SMALL: usize = 400;
     let rate = 1_000_000;
     let mut h = Harness::new(ShaperConfig {
@@ -312,6 +315,8 @@ fn small_flow_beside_overbooked_bulk() -> (Harness, Vec<u8>, u64) {
         },
         ..config(rate, 10_000 * MS)
     });
+    // Four bulk flows at the whole rate each (no control plane lowers their levels) overbook
+    // the calendar: what comes after them books behind their 80 frames.
     for port in 40_010..40_014 {
         let bulk = tcp4(port, 0);
         for _ in 0..BURST {
@@ -319,18 +324,7 @@ fn small_flow_beside_overbooked_bulk() -> (Harness, Vec<u8>, u64) {
         }
     }
     let small = packet::tcp4_ds(40_006, 0, SMALL);
-    (h, small, tx_time_ns(SMALL as u64, ns_per_byte_fp(rate)))
-}
-
-#[test]
-fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
-    // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
-    // each at its level): its first leaves at once; its second, right behind it, queues behind
-    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
-    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
-    // order), instead of queuing behind the bulk bookings anew. No packet of it leaves before
-    // an earlier one.
-    let (mut h, small, tx) = small_flow_beside_overbooked_bulk();
+    let tx = tx_time_ns(SMALL as u64, ns_per_byte_fp(rate));
     let clock = |h: &Harness| flow(h, 40_006).clock_ns;
     let start = monotonic_now_ns();
     let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
@@ -369,52 +363,6 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
         "in order behind the third ({third}): {departs:?}"
     );
     assert!(clock(&h) >= before + 4 * tx, "its clock keeps its own pace");
-}
-
-#[test]
-fn a_flow_found_idle_stays_sparse_while_its_queue_is_empty() {
-    // A flow at more than half its level: its second packet comes after the first's time at its
-    // level (its queue is empty) but before twice that (it is not idle for a packet's time).
-    // Within the frame's bytes of credit it stays sparse and leaves at once, not behind the
-    // bulk bookings. A packet right behind that one finds the flow's queue not empty: it is
-    // not sparse, and queues behind the bulk.
-    let (mut h, small, tx) = small_flow_beside_overbooked_bulk();
-    let clock = |h: &Harness| flow(h, 40_006).clock_ns;
-    let sparse = h.view().stats.sparse;
-    let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
-    assert!(first <= monotonic_now_ns(), "the first leaves at once");
-    assert_eq!(h.view().stats.sparse, sparse + 1);
-    sleep(Duration::from_nanos(
-        clock(&h).saturating_sub(monotonic_now_ns()) + tx / 4,
-    ));
-    let before = monotonic_now_ns();
-    let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
-    assert!(
-        before < first + 2 * tx,
-        "sent within twice its time at its level (the test ran late: {} ms)",
-        (before - first) / MS
-    );
-    assert_eq!(
-        h.view().stats.sparse,
-        sparse + 2,
-        "its queue was empty: sparse"
-    );
-    assert!(
-        second <= monotonic_now_ns(),
-        "it leaves at once, not behind the bulk bookings: {} ms ahead",
-        second.saturating_sub(before) / MS
-    );
-    let third = h.run(&small, &SkbContext::default()).ctx.tstamp();
-    assert_eq!(
-        h.view().stats.sparse,
-        sparse + 2,
-        "right behind it, its queue is not empty: not sparse"
-    );
-    assert!(
-        third > before + 100 * MS,
-        "it queues behind the bulk bookings: {} ms",
-        (third - before) / MS
-    );
 }
 
 #[test]
