@@ -152,29 +152,40 @@ fn a_prioritised_tin_goes_ahead_of_a_full_calendar() {
     );
 }
 
-#[test]
-fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
-    // Bins for full frames (1 ms): the calendar lends priority packets four of them. Best
-    // effort books 36 ms ahead, then 20 new best-effort flows send one packet each: the first
-    // few are lent their time, the rest book behind best effort (the calendar's lending is
-    // used up). Voice, within its threshold, is still lent to: its own pace, not the bins'.
+/// Voice prioritised, bins for full frames (1 ms), and best effort booked 36 ms ahead by one
+/// flow's 30 frames. Returns the harness and the bin's width.
+fn best_effort_booked_ahead() -> (Harness, u64) {
     let mut h = Harness::new(with_short_bins(harness_config(false, 0)));
     prioritise_voice(&mut h);
     let bin = h.datapath.config().calendar_bin_ns;
     for _ in 0..30 {
         assert_eq!(h.run(&tcp4(1, 0), &SkbContext::default()).verdict, PASS);
     }
-    let mut refused = 0;
-    for port in 0..20 {
-        let before = monotonic_now_ns();
-        if h.run(&tcp4(2_000 + port, 0), &SkbContext::default())
-            .ctx
-            .tstamp()
-            > before + bin
-        {
-            refused += 1;
-        }
-    }
+    (h, bin)
+}
+
+/// 20 new best-effort flows send one packet each; how many left within a bin of being sent
+/// (the rest booked behind best effort).
+fn new_flows_leaving_at_once(h: &mut Harness, bin: u64) -> u64 {
+    (0..20)
+        .filter(|port| {
+            let before = monotonic_now_ns();
+            h.run(&tcp4(2_000 + port, 0), &SkbContext::default())
+                .ctx
+                .tstamp()
+                <= before + bin
+        })
+        .count() as u64
+}
+
+#[test]
+fn a_prioritised_tin_is_lent_to_when_sparse_packets_ran_the_debt_up() {
+    // Bins for full frames (1 ms): the calendar lends priority packets four of them. Best
+    // effort books 36 ms ahead, then 20 new best-effort flows send one packet each: the first
+    // few are lent their time, the rest book behind best effort (the calendar's lending is
+    // used up). Voice, within its threshold, is still lent to: its own pace, not the bins'.
+    let (mut h, bin) = best_effort_booked_ahead();
+    let refused = 20 - new_flows_leaving_at_once(&mut h, bin);
     assert!(refused >= 10, "{refused} of 20 sparse packets waited");
     assert_eq!(
         h.view().stats.calendar_refused,
@@ -195,13 +206,8 @@ fn sparse_packets_are_still_lent_to_when_a_prioritised_tin_ran_the_debt_up() {
     // flows send one packet each. Voice's debt is its tin's (its threshold bounds it): the
     // sparse packets are lent to until their own debt reaches what the calendar lends (four
     // bins), as if voice had sent nothing, and only then book behind best effort.
-    let mut h = Harness::new(with_short_bins(harness_config(false, 0)));
-    prioritise_voice(&mut h);
-    let bin = h.datapath.config().calendar_bin_ns;
+    let (mut h, bin) = best_effort_booked_ahead();
     let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
-    for _ in 0..30 {
-        assert_eq!(h.run(&tcp4(1, 0), &SkbContext::default()).verdict, PASS);
-    }
     let voice = tcp4(100, dscp::EF << 2);
     for _ in 0..10 {
         assert_eq!(h.run(&voice, &SkbContext::default()).verdict, PASS);
@@ -210,17 +216,7 @@ fn sparse_packets_are_still_lent_to_when_a_prioritised_tin_ran_the_debt_up() {
         10 * tx > 4 * bin,
         "voice alone owes more than the calendar lends"
     );
-    let mut at_once = 0;
-    for port in 0..20 {
-        let before = monotonic_now_ns();
-        if h.run(&tcp4(2_000 + port, 0), &SkbContext::default())
-            .ctx
-            .tstamp()
-            <= before + bin
-        {
-            at_once += 1;
-        }
-    }
+    let at_once = new_flows_leaving_at_once(&mut h, bin);
     let lendable = (4 * bin).div_ceil(tx);
     assert!(
         at_once >= lendable && at_once < 20,
