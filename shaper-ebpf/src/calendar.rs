@@ -40,16 +40,9 @@ static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS + 4, 0);
 /// What the calendar lent sparse packets beyond their span: its size decides whether they are
 /// lent to.
 const DEBT_SLOT: u32 = CALENDAR_BINS;
-/// What it lent a prioritised tin's packets (`TIN_FIRST`) beyond their span. Kept apart from
-/// the sparse packets' debt, as that one is kept apart from the bulk's overflow: counted with
-/// it, an EF stream at 2 Mbit/s among 32 bulk flows at 10 Mbit/s ran the debt past what the
-/// calendar lends whenever a few of its datagrams came together, and the pings beside it
-/// (refused, booked behind the bulk flows' 70 ms of bookings) came back 50-80 ms late, a few
-/// times a run. The tin's bandwidth threshold bounds this debt; nothing needs its size.
-const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 /// What packets queued behind the bin after their span put over its capacity. Kept apart from
-/// the lent debt, whose size decides whether priority packets are lent to: it is bulk traffic's
-/// own, which bulk traffic repays. Counted with the lent debt, it stopped the lending whenever
+/// the sparse packets' debt, whose size decides whether they are lent to: it is bulk traffic's
+/// own, which bulk traffic repays. Counted with that debt, it stopped the lending whenever
 /// bulk bursts overflowed their span, and pings at 10 Mbit/s among 32 flows waited 40-77 ms
 /// behind the bulk bookings for 0.4 s at a time.
 const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
@@ -62,6 +55,13 @@ const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
 /// hosts of a hundred flows each, every packet of a flow idle since its last, offering 1.5
 /// times the rate, left at 1.5 times the rate with 6 ms of delay).
 const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
+/// What the calendar lent a prioritised tin's packets (`TIN_FIRST`) beyond their span. Kept
+/// apart from the sparse packets' debt, as that one is kept apart from the bulk's overflow:
+/// counted with it, an EF stream at 2 Mbit/s among 32 bulk flows at 10 Mbit/s ran the debt past what the
+/// calendar lends whenever a few of its datagrams came together, and the pings beside it
+/// (refused, booked behind the bulk flows' 70 ms of bookings) came back 50-80 ms late, a few
+/// times a run. The tin's bandwidth threshold bounds this debt; nothing needs its size.
+const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
 const USED_BITS: u32 = 40;
 const USED_MASK: u64 = (1 << USED_BITS) - 1;
