@@ -57,10 +57,11 @@ const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
 const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// What the calendar lent a prioritised tin's packets (`TIN_FIRST`) beyond their span. Kept
 /// apart from the sparse packets' debt, as that one is kept apart from the bulk's overflow:
-/// counted with it, an EF stream at 2 Mbit/s among 32 bulk flows at 10 Mbit/s ran the debt past what the
-/// calendar lends whenever a few of its datagrams came together, and the pings beside it
-/// (refused, booked behind the bulk flows' 70 ms of bookings) came back 50-80 ms late, a few
-/// times a run. The tin's bandwidth threshold bounds this debt; nothing needs its size.
+/// counted with it, an EF stream at 2 Mbit/s among 32 bulk flows at 10 Mbit/s ran the debt
+/// past what the calendar lends whenever a few of its datagrams came together, and the pings
+/// beside it (refused, booked behind the bulk flows' 70 ms of bookings) came back 50-80 ms
+/// late, a few times a run. The tin's bandwidth threshold bounds this debt; nothing needs its
+/// size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
 const USED_BITS: u32 = 40;
