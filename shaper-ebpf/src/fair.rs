@@ -92,9 +92,9 @@ pub enum Scheduled {
 /// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
 /// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`. `ahead` is another word
 /// of it, zero on entry: it carries whether the packet goes ahead of the calendar's bookings
-/// (its host's, a kept ACK's) from the host's lookup to the booking (a flag the verifier knows
-/// on each path would keep every later path apart, and the program would no longer verify
-/// within its limits). `jump` is a third ([`jump`]): a pure ACK the filter kept goes ahead of
+/// (its host's, a kept ACK's, a sparse one's: [`SPARSE`]) from where that is decided to the
+/// booking and the branches on it (a flag the verifier knows on each path would keep every
+/// later path apart, and the program would no longer verify within its limits). `jump` is a third ([`jump`]): a pure ACK the filter kept goes ahead of
 /// the bookings; one it wants sent first leaves now instead of behind its flow's packets,
 /// charged to its flow's clock, its host's guard and the calendar as if it had waited; it is
 /// not recorded among its flow's departures (see `recent_on_wire`).
@@ -166,16 +166,29 @@ pub fn schedule(
     // keystroke, a ping) that stays within its share and so waits for nobody.
     let idle = branchless::below(now, flow_clock + tx_flow) ^ 1;
     let unpaced = branchless::below(now, tcp_tstamp) ^ 1;
-    let sparse_bit = idle & unpaced;
+    // SAFETY: as for the clock; a stale read gives one packet more or less.
+    let credit = unsafe { core::ptr::read_volatile(&raw const flow.sparse_credit_bytes) };
+    let has_credit = branchless::below(credit, wire) ^ 1;
+    // Once found idle, a flow stays sparse while its queue is empty at each packet, within the
+    // frame's bytes of credit below: idle for a packet's time is the test to become sparse, not
+    // to stay so. A flow at about half its level (echo replies every 10 ms, 5 ms each at one
+    // flow's share of 10 Mbit/s among 33) otherwise fell out of it whenever a packet came a
+    // little early, its host's guard held that packet behind the bulk flows' 70 ms of
+    // bookings, and the pings after it waited behind it: 3-6 pings 50-80 ms late, 4-10 times
+    // a run on Linux 6.1. Packets that find their flow's queue not empty (a burst) are not
+    // sparse, and pure ACKs take the strict test only: an ACK flow's pace is its download's,
+    // and staying sparse at the 30/1 uplink's ACK rates cost the uploads 40 kbit/s in each
+    // filter mode (fewer ACKs counted as scheduled, fewer filtered).
+    let drained = branchless::below(now, flow_clock) ^ 1;
+    let pure_ack = ackfilter::is_pure_ack(info.tcp_flags, info.tcp_payload_len()) as u64;
+    let sparse_bit = (idle | (drained & has_credit & (pure_ack ^ 1))) & unpaced;
     // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
     // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
     // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queues behind the bulk bookings;
     // carried to its flow's clock, that wait made every later ping find its flow busy and queue
     // behind them again, for a second at a time. Its credit spent, a flow that still queues
     // carries its waits again, so a bulk flow's clock stays where its packets leave.
-    // SAFETY: as for the clock; a stale read gives one packet more or less.
-    let credit = unsafe { core::ptr::read_volatile(&raw const flow.sparse_credit_bytes) };
-    let credited = (branchless::below(credit, wire) ^ 1) & (idle ^ 1) & unpaced;
+    let credited = has_credit & (sparse_bit ^ 1) & unpaced;
     let quantum = config.aqm.mtu_bytes as u64;
     let left = branchless::select(
         idle,
@@ -188,7 +201,15 @@ pub fn schedule(
             branchless::select(sparse_bit | credited, left, 0),
         )
     };
-    let sparse = sparse_bit != 0;
+    // Noted in the `ahead` word and read back where it decides, as the other flags are: a
+    // verifier that knows it on each path keeps every later path apart.
+    // SAFETY: a word of the skb's control block.
+    unsafe {
+        core::ptr::write_volatile(
+            ahead,
+            core::ptr::read_volatile(ahead) | sparse_bit as u32 * SPARSE,
+        )
+    };
     if config.aqm.enabled() {
         let packet = AqmPacket {
             now,
@@ -263,7 +284,7 @@ pub fn schedule(
     let mut behind_host = 0;
     if host_fp != 0 {
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
-        if sparse
+        if noted_sparse(ahead)
             && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
                 > now + config.aqm.limit_ns
         {
@@ -274,7 +295,7 @@ pub fn schedule(
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
                 let floor = start.saturating_sub(slack_ns);
-                if floor > guarded && !sparse {
+                if floor > guarded && !noted_sparse(ahead) {
                     if kept != 0
                         && host.latest_depart_ns > branchless::max(guarded, flow.last_depart_ns)
                     {
@@ -289,9 +310,10 @@ pub fn schedule(
     }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     // SAFETY: a word of the skb's control block, read back from memory (see above).
-    let host_ahead = unsafe { core::ptr::read_volatile(ahead) } != 0;
+    let noted = unsafe { core::ptr::read_volatile(ahead) };
+    let sparse_bit = (noted / SPARSE & 1) as u64;
     let tin_first = priority_tin(info.tin);
-    let ahead = sparse || tin_first || host_ahead;
+    let goes_ahead = tin_first || noted != 0;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
     // across the guard's branches keeps their paths apart.
     // SAFETY: as above.
@@ -307,7 +329,7 @@ pub fn schedule(
         now,
         tx_rate,
         config.calendar_bin_ns,
-        ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
+        goes_ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
     );
     let lent = booked >> LENT.trailing_zeros();
     let depart = branchless::select(lent, guarded, booked & !LENT);
@@ -331,7 +353,7 @@ pub fn schedule(
     // booked while its host's guard already stood more than the slack ahead was sent over the
     // host's allocation: it counts as waited too, or a host of many sparse flows would read as
     // limited elsewhere, its demand measured as what its guard let through.
-    let over_allocation = sparse
+    let over_allocation = noted_sparse(ahead)
         && host_fp != 0
         && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
             > now + slack_ns + edt::tx_time_ns(wire, host_fp);
@@ -359,8 +381,19 @@ pub fn schedule(
     Scheduled::At {
         depart_ns: depart,
         contended,
-        sparse,
+        sparse: noted_sparse(ahead),
     }
+}
+
+/// A bit of the `ahead` word: the packet is sparse. It goes ahead of the bookings as any packet
+/// with a bit set in the word does, and skips its host's guard.
+const SPARSE: u32 = 8;
+
+/// Whether `schedule` noted the packet as sparse, read back from the control block.
+#[inline(always)]
+fn noted_sparse(ahead: &u32) -> bool {
+    // SAFETY: a word of the skb's control block.
+    (unsafe { core::ptr::read_volatile(ahead) } & SPARSE) != 0
 }
 
 /// What the AQM needs to know of a packet.

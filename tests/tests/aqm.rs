@@ -293,14 +293,11 @@ fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
     assert_eq!(h.view().stats.sparse, sparse_before);
 }
 
-#[test]
-fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
-    // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
-    // each at its level): its first leaves at once; its second, right behind it, queues behind
-    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
-    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
-    // order), instead of queuing behind the bulk bookings anew. No packet of it leaves before
-    // an earlier one.
+/// Flows isolated at 1 Mbit/s, where four bulk flows at the whole rate each (no control plane
+/// lowers their levels) overbook the calendar: what comes after them books behind their 80
+/// frames. Returns the harness, a 400-byte packet of another flow (port 40,006), carrying data
+/// or a pure ACK padded to that size, and its time at its level (3.2 ms).
+fn small_flow_beside_overbooked_bulk(pure_ack: bool) -> (Harness, Vec<u8>, u64) {
     const SMALL: usize = 400;
     let rate = 1_000_000;
     let mut h = Harness::new(ShaperConfig {
@@ -315,16 +312,27 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
         },
         ..config(rate, 10_000 * MS)
     });
-    // Four bulk flows at the whole rate each (no control plane lowers their levels) overbook
-    // the calendar: what comes after them books behind their 80 frames.
     for port in 40_010..40_014 {
         let bulk = tcp4(port, 0);
         for _ in 0..BURST {
             h.run(&bulk, &SkbContext::default());
         }
     }
-    let small = packet::tcp4_ds(40_006, 0, SMALL);
-    let tx = tx_time_ns(SMALL as u64, ns_per_byte_fp(rate));
+    let mut small = packet::tcp4_ds(40_006, 0, if pure_ack { 54 } else { SMALL });
+    // Ethernet padding beyond the IP packet: no TCP payload, the same time on the wire.
+    small.resize(SMALL, 0);
+    (h, small, tx_time_ns(SMALL as u64, ns_per_byte_fp(rate)))
+}
+
+#[test]
+fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
+    // At 1 Mbit/s bulk flows book 80 full frames. A flow of 400-byte packets (3.2 ms
+    // each at its level): its first leaves at once; its second, right behind it, queues behind
+    // the bulk bookings, but its flow's clock stays at its own pace. So a packet after that
+    // pace finds the flow idle again and goes as a sparse one, behind its own queued packet (in
+    // order), instead of queuing behind the bulk bookings anew. No packet of it leaves before
+    // an earlier one.
+    let (mut h, small, tx) = small_flow_beside_overbooked_bulk(false);
     let clock = |h: &Harness| flow(h, 40_006).clock_ns;
     let start = monotonic_now_ns();
     let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
@@ -363,6 +371,73 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
         "in order behind the third ({third}): {departs:?}"
     );
     assert!(clock(&h) >= before + 4 * tx, "its clock keeps its own pace");
+}
+
+/// A flow of 400-byte packets (data or padded pure ACKs) beside overbooked bulk flows sends one
+/// packet (sparse), then, once its queue is empty but before it has been idle for a packet's
+/// time at its level, a second. Returns the harness, the packet, whether the second was sparse, when it
+/// was sent and when it departs.
+fn second_packet_within_twice_its_pace(pure_ack: bool) -> (Harness, Vec<u8>, bool, u64, u64) {
+    let (mut h, small, tx) = small_flow_beside_overbooked_bulk(pure_ack);
+    let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    assert!(first <= monotonic_now_ns(), "the first leaves at once");
+    let sparse = h.view().stats.sparse;
+    let clock = flow(&h, 40_006).clock_ns;
+    sleep(Duration::from_nanos(
+        clock.saturating_sub(monotonic_now_ns()) + tx / 4,
+    ));
+    let sent = monotonic_now_ns();
+    let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    assert!(
+        sent < first + 2 * tx,
+        "sent within twice its time at its level (the test ran late: {} ms)",
+        (sent - first) / MS
+    );
+    let was_sparse = h.view().stats.sparse > sparse;
+    (h, small, was_sparse, sent, second)
+}
+
+#[test]
+fn a_flow_found_idle_stays_sparse_while_its_queue_is_empty() {
+    // A flow at more than half its level: its second packet comes after the first's time at its
+    // level (its queue is empty) but before twice that (it is not idle for a packet's time).
+    // Within the frame's bytes of credit it stays sparse and leaves at once, not behind the
+    // bulk bookings. A packet right behind that one finds the flow's queue not empty: it is
+    // not sparse, and queues behind the bulk.
+    let (mut h, small, was_sparse, sent, second) = second_packet_within_twice_its_pace(false);
+    assert!(was_sparse, "its queue was empty: sparse");
+    assert!(
+        second <= monotonic_now_ns(),
+        "it leaves at once, not behind the bulk bookings: {} ms ahead",
+        second.saturating_sub(sent) / MS
+    );
+    let sparse = h.view().stats.sparse;
+    let third = h.run(&small, &SkbContext::default()).ctx.tstamp();
+    assert_eq!(
+        h.view().stats.sparse,
+        sparse,
+        "right behind it, its queue is not empty: not sparse"
+    );
+    assert!(
+        third > sent + 100 * MS,
+        "it queues behind the bulk bookings: {} ms",
+        (third - sent) / MS
+    );
+}
+
+#[test]
+fn a_pure_ack_flow_takes_the_strict_sparse_test_only() {
+    // The same with pure ACKs (no payload, padded to the same size): an ACK flow's pace is its
+    // download's, and it is
+    // sparse only when idle for an ACK's time at its level, so the second queues behind the
+    // bulk bookings.
+    let (_, _, was_sparse, sent, second) = second_packet_within_twice_its_pace(true);
+    assert!(!was_sparse, "a pure ACK does not stay sparse");
+    assert!(
+        second > sent + 100 * MS,
+        "it queues behind the bulk bookings: {} ms",
+        second.saturating_sub(sent) / MS
+    );
 }
 
 #[test]
