@@ -211,7 +211,6 @@ impl Controller {
         // then flows.
         let tins = self.diffserv.tins();
         let tin_of = |key: &FlowKey| (key._pad[1] as usize).min(tins.len() - 1);
-        let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let mut usage: Vec<TinUsage> = tins
             .iter()
             .map(|t| TinUsage {
@@ -221,7 +220,6 @@ impl Controller {
                 rate_bps: 0.0,
                 bottlenecked: false,
                 active: false,
-                above_best_effort: t.priority > best_effort,
             })
             .collect();
         for (key, sample) in &active {
@@ -231,6 +229,7 @@ impl Controller {
             u.active = true;
         }
         let capacities = tin_capacities(self.rate_bps as f64, &usage);
+        let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let config = *dp.config();
         let mut levels = Levels {
             epoch: self.epoch,
@@ -240,7 +239,7 @@ impl Controller {
             epoch: self.epoch,
             ..Default::default()
         };
-        for t in 0..tins.len() {
+        for (t, tin) in tins.iter().enumerate() {
             let mut group: Vec<(FlowKey, HostSample)> = active
                 .iter()
                 .filter(|(k, _)| tin_of(k) == t)
@@ -261,7 +260,8 @@ impl Controller {
             if ahead {
                 levels.newcomers_ahead_tins |= 1 << t;
             }
-            if usage[t].goes_first() {
+            let within = usage[t].rate_bps <= usage[t].threshold_bps;
+            if tin.priority > best_effort && within {
                 levels.priority_tins |= 1 << t;
             }
             summary.active_hosts += samples.len();
