@@ -19,10 +19,7 @@ use tracing::trace;
 
 use crate::{
     bpf::{BpfError, Datapath, monotonic_now_ns},
-    fairness::{
-        Member, TinUsage, flow_level, smoothed_rate, tin_capacities, triple_isolate_weights,
-        water_level,
-    },
+    fairness::{Member, TinUsage, flow_level, tin_capacities, triple_isolate_weights, water_level},
     sampling::{HostSample, HostWindow},
 };
 
@@ -158,8 +155,6 @@ pub struct Controller {
     epoch: u64,
     last_ns: u64,
     seen: HashMap<FlowKey, Seen>,
-    /// Each tin's rate followed across ticks while it is active (see [`smoothed_rate`]).
-    tin_rates_bps: Vec<Option<f64>>,
 }
 
 impl Controller {
@@ -171,7 +166,6 @@ impl Controller {
             epoch: 0,
             last_ns: monotonic_now_ns(),
             seen: HashMap::new(),
-            tin_rates_bps: vec![None; diffserv.tins().len()],
         }
     }
 
@@ -234,19 +228,6 @@ impl Controller {
             u.bottlenecked |= sample.bottlenecked();
             u.active = true;
         }
-        // Whether a tin goes first is judged on its last tick, so that a tin that starts to
-        // flood loses priority at once; what it is allocated, on its rate followed across
-        // ticks (`smoothed_rate` says why).
-        let within: Vec<bool> = usage
-            .iter()
-            .map(|u| u.rate_bps <= u.threshold_bps)
-            .collect();
-        for (u, followed) in usage.iter_mut().zip(&mut self.tin_rates_bps) {
-            *followed = u.active.then(|| smoothed_rate(*followed, u.rate_bps));
-            if !u.bottlenecked {
-                u.rate_bps = followed.unwrap_or(u.rate_bps);
-            }
-        }
         let capacities = tin_capacities(self.rate_bps as f64, &usage);
         let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let config = *dp.config();
@@ -279,7 +260,8 @@ impl Controller {
             if ahead {
                 levels.newcomers_ahead_tins |= 1 << t;
             }
-            if tin.priority > best_effort && within[t] {
+            let within = usage[t].rate_bps <= usage[t].threshold_bps;
+            if tin.priority > best_effort && within {
                 levels.priority_tins |= 1 << t;
             }
             summary.active_hosts += samples.len();

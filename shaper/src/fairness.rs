@@ -107,24 +107,6 @@ pub struct TinUsage {
     pub active: bool,
 }
 
-/// How much of a tin's new rate each tick takes into the rate it is allocated by.
-const TIN_RATE_GAIN: f64 = 0.25;
-
-/// A tin's rate followed across ticks: `previous` (none when the tin was idle) moved a quarter of
-/// the way to this tick's `measured`. A tin limited elsewhere is allocated what it carried, and
-/// the bottlenecked tins what is left, which their levels then use up: a tick that overstates
-/// it leaves that much of the rate idle, one that understates it is taken back by the
-/// calendar, so its noise is a loss. An EF stream at 2 Mbit/s sends 17 datagrams a tick, and a
-/// busy sender's bursts move a tick's count by a few: 32 bulk flows beside it carried 7.22-7.28
-/// Mbit/s at 10 Mbit/s against CAKE's 7.55-7.62. Followed over about four ticks, random noise
-/// is a third as large, and three quarters of a change of rate are followed in half a second.
-pub fn smoothed_rate(previous: Option<f64>, measured: f64) -> f64 {
-    match previous {
-        Some(p) => p + (measured - p) * TIN_RATE_GAIN,
-        None => measured,
-    }
-}
-
 /// What each tin may use for the next interval: the capacity its hosts are levelled within.
 ///
 /// CAKE's tin semantics with levels: in priority order each active tin first gets what it
@@ -249,35 +231,6 @@ mod tests {
         );
         assert!(close(c[0], 8e6), "best effort gets the rest: {c:?}");
         assert!(close(c[3], 2.5e6), "voice may use its threshold: {c:?}");
-    }
-
-    #[test]
-    fn a_tins_rate_is_followed_through_its_noise_and_its_changes() {
-        // A stream at 2 Mbit/s (17 datagrams a tick) measured 3 datagrams high, then low.
-        let datagram_tick = 1512.0 * 8.0 * 10.0;
-        let mut r = smoothed_rate(None, 2e6 + 3.0 * datagram_tick);
-        assert!(
-            close(r, 2e6 + 3.0 * datagram_tick),
-            "a new tin starts at its rate"
-        );
-        let mut worst: f64 = 0.0;
-        for tick in 0..40 {
-            let swing = if tick % 2 == 0 { -3.0 } else { 3.0 };
-            r = smoothed_rate(Some(r), 2e6 + swing * datagram_tick);
-            if tick >= 10 {
-                worst = worst.max((r - 2e6).abs());
-            }
-        }
-        assert!(
-            worst < 1.5 * datagram_tick,
-            "{worst} from 2 Mbit/s, measured ±{}",
-            3.0 * datagram_tick
-        );
-        // Three quarters of a step to 1 Mbit/s are followed in five ticks.
-        for _ in 0..5 {
-            r = smoothed_rate(Some(r), 1e6);
-        }
-        assert!((r - 1e6).abs() < 0.3e6, "{r}");
     }
 
     #[test]
