@@ -211,6 +211,7 @@ impl Controller {
         // then flows.
         let tins = self.diffserv.tins();
         let tin_of = |key: &FlowKey| (key._pad[1] as usize).min(tins.len() - 1);
+        let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let mut usage: Vec<TinUsage> = tins
             .iter()
             .map(|t| TinUsage {
@@ -220,6 +221,7 @@ impl Controller {
                 rate_bps: 0.0,
                 bottlenecked: false,
                 active: false,
+                above_best_effort: t.priority > best_effort,
             })
             .collect();
         for (key, sample) in &active {
@@ -229,7 +231,6 @@ impl Controller {
             u.active = true;
         }
         let capacities = tin_capacities(self.rate_bps as f64, &usage);
-        let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let config = *dp.config();
         let mut levels = Levels {
             epoch: self.epoch,
@@ -239,7 +240,7 @@ impl Controller {
             epoch: self.epoch,
             ..Default::default()
         };
-        for (t, tin) in tins.iter().enumerate() {
+        for t in 0..tins.len() {
             let mut group: Vec<(FlowKey, HostSample)> = active
                 .iter()
                 .filter(|(k, _)| tin_of(k) == t)
@@ -260,8 +261,7 @@ impl Controller {
             if ahead {
                 levels.newcomers_ahead_tins |= 1 << t;
             }
-            let within = usage[t].rate_bps <= usage[t].threshold_bps;
-            if tin.priority > best_effort && within {
+            if usage[t].goes_first() {
                 levels.priority_tins |= 1 << t;
             }
             summary.active_hosts += samples.len();
