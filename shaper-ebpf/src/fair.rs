@@ -94,10 +94,11 @@ pub enum Scheduled {
 /// of it, zero on entry: it carries whether the packet goes ahead of the calendar's bookings
 /// (its host's, a kept ACK's, a sparse one's: [`SPARSE`]) from where that is decided to the
 /// booking and the branches on it (a flag the verifier knows on each path would keep every
-/// later path apart, and the program would no longer verify within its limits). `jump` is a third ([`jump`]): a pure ACK the filter kept goes ahead of
-/// the bookings; one it wants sent first leaves now instead of behind its flow's packets,
-/// charged to its flow's clock, its host's guard and the calendar as if it had waited; it is
-/// not recorded among its flow's departures (see `recent_on_wire`).
+/// later path apart, and the program would no longer verify within its limits). `jump` is a
+/// third ([`jump`]): a pure ACK the filter kept goes ahead of the bookings; one it wants sent
+/// first leaves now instead of behind its flow's packets, charged to its flow's clock, its
+/// host's guard and the calendar as if it had waited; it is not recorded among its flow's
+/// departures (see `recent_on_wire`).
 #[expect(
     clippy::too_many_arguments,
     reason = "three of them are control-block words"
