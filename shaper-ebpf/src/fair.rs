@@ -386,8 +386,9 @@ pub fn schedule(
     }
 }
 
-/// A bit of the `ahead` word: the packet is sparse. It goes ahead of the bookings as any packet
-/// with a bit set in the word does, and skips its host's guard.
+/// A bit of the `ahead` word (the host's and the kept ACK's notes set bit 0): the packet is
+/// sparse. It goes ahead of the bookings as any packet with a bit set in the word does, and
+/// skips its host's guard.
 const SPARSE: u32 = 8;
 
 /// Whether `schedule` noted the packet as sparse, read back from the control block.

@@ -121,8 +121,9 @@ impl TinUsage {
     /// flows wait on their clocks (an EF stream at 2 Mbit/s paced at 2.5 did in some ticks),
     /// and read as wanting all of its threshold (a quarter of the rate), each such tick left
     /// best effort only the rest, not the rate less what it carried (32 bulk flows beside it
-    /// carried 7.22-7.28 Mbit/s at 10 Mbit/s against CAKE's 7.55-7.62). Allocated what it carried, its level still reaches its threshold,
-    /// and what it takes beyond its allocation the calendar lends it ahead of the bookings.
+    /// carried 7.22-7.28 Mbit/s at 10 Mbit/s against CAKE's 7.55-7.62). Allocated what it
+    /// carried, its level still reaches its threshold, and what it takes beyond its allocation
+    /// the calendar lends it ahead of the bookings.
     fn wants_more(&self) -> bool {
         self.bottlenecked && !self.goes_first()
     }

@@ -375,8 +375,8 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
 
 /// A flow of 400-byte packets (data or padded pure ACKs) beside overbooked bulk flows sends one
 /// packet (sparse), then, once its queue is empty but before it has been idle for a packet's
-/// time at its level, a second. Returns the harness, the packet, whether the second was sparse, when it
-/// was sent and when it departs.
+/// time at its level, a second. Returns the harness, the packet, whether the second was sparse,
+/// when it was sent and when it departs.
 fn second_packet_within_twice_its_pace(pure_ack: bool) -> (Harness, Vec<u8>, bool, u64, u64) {
     let (mut h, small, tx) = small_flow_beside_overbooked_bulk(pure_ack);
     let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
@@ -428,9 +428,8 @@ fn a_flow_found_idle_stays_sparse_while_its_queue_is_empty() {
 #[test]
 fn a_pure_ack_flow_takes_the_strict_sparse_test_only() {
     // The same with pure ACKs (no payload, padded to the same size): an ACK flow's pace is its
-    // download's, and it is
-    // sparse only when idle for an ACK's time at its level, so the second queues behind the
-    // bulk bookings.
+    // download's, and it is sparse only when idle for an ACK's time at its level, so the second
+    // queues behind the bulk bookings.
     let (_, _, was_sparse, sent, second) = second_packet_within_twice_its_pace(true);
     assert!(!was_sparse, "a pure ACK does not stay sparse");
     assert!(

@@ -54,7 +54,7 @@ measure_pair() {
 # fails here rather than as a shaper that does not start.
 VERIFIER_BUDGET=500000
 verifier_budget() {
-	line=$(grep -o 'data path verified: .*' /tmp/shaper.log) || fail "shaper did not report its verifier cost"
+	line=$(verifier_cost) || exit 1
 	log "$line"
 	echo "$line" | grep -o 'shaper_[a-z_]* [0-9]*' | awk -v max="$VERIFIER_BUDGET" '
 		$2 > max { print "over budget:", $0; bad = 1 }

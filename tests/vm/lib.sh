@@ -67,6 +67,11 @@ qdisc_state() {
 
 SHAPER_PID=
 
+# verifier_cost: the line a started shaper logged with each program's verifier cost.
+verifier_cost() {
+	grep -o 'data path verified: .*' /tmp/shaper.log || fail "shaper did not report its verifier cost"
+}
+
 # shaper_start ARGS...: runs `shaper run ARGS` in src in the background and waits until it
 # reports (via `shaper stats`) that it is shaping s0.
 shaper_start() {
@@ -98,6 +103,11 @@ shaper_stop() {
 		fail "shaper exited with an error"
 	fi
 	SHAPER_PID=
+
+# verifier_cost: the line a started shaper logged with each program's verifier cost.
+verifier_cost() {
+	grep -o 'data path verified: .*' /tmp/shaper.log || fail "shaper did not report its verifier cost"
+}
 }
 
 # within VALUE TARGET PERCENT: true when |VALUE - TARGET| <= PERCENT% of TARGET.
