@@ -103,11 +103,6 @@ shaper_stop() {
 		fail "shaper exited with an error"
 	fi
 	SHAPER_PID=
-
-# verifier_cost: the line a started shaper logged with each program's verifier cost.
-verifier_cost() {
-	grep -o 'data path verified: .*' /tmp/shaper.log || fail "shaper did not report its verifier cost"
-}
 }
 
 # within VALUE TARGET PERCENT: true when |VALUE - TARGET| <= PERCENT% of TARGET.
