@@ -1,4 +1,4 @@
-use std::process::ExitCode;
+use std::{io::IsTerminal, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use shaper::cmd;
@@ -22,6 +22,9 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a DaemonSet's or a service's log is
+        // read as text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHAPER_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

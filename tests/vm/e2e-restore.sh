@@ -37,7 +37,7 @@ expect_refusal() {
 	fi
 	grep -q "$pattern" /tmp/refusal.err || fail "$desc: expected '$pattern', got: $(cat /tmp/refusal.err)"
 	[ "$(qdisc_state s0)" = "$before" ] || fail "$desc: the interface changed"
-	log "$desc: refused ($(head -c 120 /tmp/refusal.err))"
+	log "$desc: refused ($(grep -m 1 'shaper: error' /tmp/refusal.err | cut -c 1-120))"
 }
 
 pair_up
