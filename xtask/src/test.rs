@@ -25,6 +25,7 @@ const VM_SCRIPTS: &[&str] = &[
     "tests/vm/e2e-restore.sh",
     "tests/vm/e2e-ingress.sh",
     "tests/vm/e2e-forward.sh",
+    "tests/vm/e2e-ackfilter.sh",
 ];
 
 #[derive(clap::Args)]
