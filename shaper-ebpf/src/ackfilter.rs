@@ -147,13 +147,13 @@ pub fn filter(
         if read != 0 || scan(options as u64) == 0 {
             seen.unknown_option = true;
         } else {
-            let found = &scratch.seen;
-            seen.sack = found.sack;
-            seen.sack_count = found.sack_count;
-            seen.sack_reach = found.sack_reach;
-            seen.sack_duplicate = found.sack_duplicate;
-            seen.sack_full = found.sack_full;
-            seen.unknown_option = found.unknown_option;
+            // The scan wrote only the option fields; the header's are this packet's.
+            seen = AckSeen {
+                ack: seen.ack,
+                window: seen.window,
+                flags: seen.flags,
+                ..scratch.seen
+            };
         }
     }
     let key = ack_key(info, false);

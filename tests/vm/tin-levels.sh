@@ -8,7 +8,7 @@
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
 pair_up
-ip netns exec "$DST" iperf3 -s -p 5201 -D
+# pair_up started the server for TCP on iperf3's default port; the EF stream gets its own.
 ip netns exec "$DST" iperf3 -s -p 5202 -D
 sleep 0.5
 shaper_start --iface s0 --rate 10mbit --diffserv "${1:-diffserv4}"
@@ -32,5 +32,4 @@ grep -E "SUM.*receiver" /tmp/tcp.txt
 grep -E "receiver" /tmp/udp.txt | tail -1
 tail -1 /tmp/ping.txt
 shaper_stop
-kill $(pidof iperf3) 2>/dev/null
 pair_down
