@@ -377,24 +377,31 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
 /// packet (sparse), then, once its queue is empty but before it has been idle for a packet's
 /// time at its level, a second. Returns the harness, the packet, whether the second was sparse,
 /// when it was sent and when it departs.
+///
+/// The window is 3.2 ms wide; a loaded test machine can oversleep it (7 ms once in CI). A late
+/// try shows nothing about that window, so it is run again on a fresh harness, a few times.
 fn second_packet_within_twice_its_pace(pure_ack: bool) -> (Harness, Vec<u8>, bool, u64, u64) {
-    let (mut h, small, tx) = small_flow_beside_overbooked_bulk(pure_ack);
-    let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
-    assert!(first <= monotonic_now_ns(), "the first leaves at once");
-    let sparse = h.view().stats.sparse;
-    let clock = flow(&h, 40_006).clock_ns;
-    sleep(Duration::from_nanos(
-        clock.saturating_sub(monotonic_now_ns()) + tx / 4,
-    ));
-    let sent = monotonic_now_ns();
-    let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
-    assert!(
-        sent < first + 2 * tx,
-        "sent within twice its time at its level (the test ran late: {} ms)",
-        (sent - first) / MS
-    );
-    let was_sparse = h.view().stats.sparse > sparse;
-    (h, small, was_sparse, sent, second)
+    const TRIES: usize = 8;
+    let mut late_ms = Vec::new();
+    for _ in 0..TRIES {
+        let (mut h, small, tx) = small_flow_beside_overbooked_bulk(pure_ack);
+        let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
+        assert!(first <= monotonic_now_ns(), "the first leaves at once");
+        let sparse = h.view().stats.sparse;
+        let clock = flow(&h, 40_006).clock_ns;
+        sleep(Duration::from_nanos(
+            clock.saturating_sub(monotonic_now_ns()) + tx / 4,
+        ));
+        let sent = monotonic_now_ns();
+        let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
+        if sent >= first + 2 * tx {
+            late_ms.push((sent - first) / MS);
+            continue;
+        }
+        let was_sparse = h.view().stats.sparse > sparse;
+        return (h, small, was_sparse, sent, second);
+    }
+    panic!("never sent within twice its time at its level in {TRIES} tries: {late_ms:?} ms late");
 }
 
 #[test]
