@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod cmd;
 pub mod config;
 pub mod control;
+pub mod cost;
 pub mod deploy;
 pub mod fairness;
 pub mod filter;

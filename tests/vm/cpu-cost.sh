@@ -1,7 +1,8 @@
 #!/bin/sh
 # What shaping costs the machine: bulk TCP through the veth with no shaping, CAKE and shaper
 # at the same rate, in one boot; for each the receiver's goodput and how busy the guest's CPUs
-# were, and for shaper each program's runs and mean run time (kernel.bpf_stats_enabled).
+# were; for shaper also the data path's cost (`shaper stats --cost`, the kernel's BPF run-time
+# statistics over the middle of the run) and the control plane's CPU time.
 #
 # Usage: cargo xtask vm --kernel 6.12 -- tests/vm/cpu-cost.sh [RATE [FLOWS [SECONDS]]]
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
@@ -29,13 +30,18 @@ ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "$rate" besteff
 measure cake
 ip netns exec "$SRC" tc qdisc del dev s0 root
 
-sysctl -qw kernel.bpf_stats_enabled=1
 shaper_start --iface s0 --rate "$rate"
+# The control plane's CPU time over the run: user + system ticks of its process (USER_HZ is
+# 100 on x86).
+control_ticks() { awk '{ print $14 + $15 }' /proc/"$SHAPER_PID"/stat; }
+ticks0=$(control_ticks)
+(sleep $((seconds / 3)) && ip netns exec "$SRC" shaper stats --iface s0 --cost "$((seconds / 3))s" >/tmp/cost.txt) &
+cost_pid=$!
 measure shaper
-for fd in /proc/"$SHAPER_PID"/fdinfo/*; do
-	awk '/^prog_tag/ { tag = $2 } /^run_time_ns/ { ns = $2 } /^run_cnt/ { n = $2 }
-		END { if (n > 0) printf "== program %s: %d runs, %.0f ns each\n", tag, n, ns / n }' "$fd"
-done
+wait "$cost_pid"
+ticks1=$(control_ticks)
+sed 's/^/== /' /tmp/cost.txt
+log "control plane: $(awk -v t="$((ticks1 - ticks0))" -v hz=100 -v s="$seconds" \
+	'BEGIN { printf "%.2f", 100 * t / hz / s }') % of a CPU"
 shaper_stop
-sysctl -qw kernel.bpf_stats_enabled=0
 pair_down

@@ -1,7 +1,7 @@
 //! `shaper stats`: the counters of the shaper running on an interface.
 
 use crate::{
-    bpf,
+    bpf, cost,
     link::Interface,
     probe,
     runtime::{self, RuntimeError},
@@ -25,6 +25,11 @@ pub struct StatsArgs {
     /// List flows by bytes, with their queue.
     #[arg(long)]
     pub flows: bool,
+    /// Measure what the data path costs in CPU over this window (e.g. 2s): its programs' runs
+    /// per second, nanoseconds per run and share of a CPU, from the kernel's BPF run-time
+    /// statistics, enabled for the window only.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["hosts", "flows"])]
+    pub cost: Option<String>,
     /// How many hosts or flows to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -66,36 +71,40 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
             state.iface
         );
     }
+    if let Some(window) = &args.cost {
+        let ns = shaper_common::time::parse_duration_ns(window)
+            .ok()
+            .filter(|ns| (1_000_000..=3_600_000_000_000).contains(ns))
+            .ok_or_else(|| {
+                anyhow::anyhow!("invalid --cost window {window:?}: use a duration from 1ms to 1h (e.g. 2s)")
+            })?;
+        let report = cost::measure(state.maps.stats, std::time::Duration::from_nanos(ns))?;
+        return print(&report, args.json, cost::CostReport::to_text);
+    }
     let now = bpf::monotonic_now_ns();
     if args.hosts {
         let rates = bpf::host_rates_by_id(state.maps.host_rates)?;
         let rows = stats::host_rows(bpf::hosts_by_id(state.maps.hosts)?, &rates, now, args.top);
-        return print(&rows, args.json, stats::host_table);
+        return print(rows.as_slice(), args.json, stats::host_table);
     }
     if args.flows {
         let flows = bpf::flows_by_id(state.maps.flows, FLOW_SCAN_LIMIT)?;
         let rows = stats::flow_rows(flows, now, args.top);
-        return print(&rows, args.json, stats::flow_table);
+        return print(rows.as_slice(), args.json, stats::flow_table);
     }
     let view = bpf::view_by_ids(&state.maps)?;
-    let report = Report::new(&state, &view);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.to_text());
-    }
-    Ok(())
+    print(&Report::new(&state, &view), args.json, Report::to_text)
 }
 
-fn print<T: serde::Serialize>(
-    rows: &[T],
+fn print<T: serde::Serialize + ?Sized>(
+    value: &T,
     json: bool,
-    table: fn(&[T]) -> String,
+    text: fn(&T) -> String,
 ) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(rows)?);
+        println!("{}", serde_json::to_string_pretty(value)?);
     } else {
-        print!("{}", table(rows));
+        print!("{}", text(value));
     }
     Ok(())
 }
