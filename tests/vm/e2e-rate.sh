@@ -36,7 +36,18 @@ measure_pair() {
 	fi
 	grep -q "already running" /tmp/second.err || fail "second shaper: unexpected error: $(cat /tmp/second.err)"
 	[ "$(qdisc_state s0)" = "$state" ] || fail "the refused second shaper changed the qdisc"
+	# The data path's cost, measured over the middle of the run.
+	(sleep 1 && ip netns exec "$SRC" shaper stats --iface s0 --cost 2s --json >/tmp/cost.json) &
+	cost_pid=$!
 	shaped=$(goodput_mbit "$SECONDS_PER_RUN" 1) || exit 1
+	wait "$cost_pid" || fail "stats --cost failed"
+	egress_cost=$(tr -d ' \n' </tmp/cost.json |
+		sed -n 's/.*"name":"shaper_egress","id":[0-9]*,"runs":\([0-9]*\),[^}]*"ns_per_run":\([0-9.]*\).*/\1 \2/p')
+	log "stats --cost: shaper_egress ${egress_cost:-missing} (runs, ns per run)"
+	echo "$egress_cost" | awk '{ exit !($1 > 0 && $2 > 0) }' ||
+		fail "stats --cost did not see the egress program run under load: $(cat /tmp/cost.json)"
+	ip netns exec "$SRC" shaper stats --iface s0 --cost 0s 2>/tmp/cost.err && fail "stats --cost 0s was accepted"
+	grep -q "invalid --cost window" /tmp/cost.err || fail "stats --cost 0s: unexpected error: $(cat /tmp/cost.err)"
 	ip netns exec "$SRC" shaper stats --iface s0
 	ip netns exec "$SRC" shaper stats --iface s0 --json | grep -q '"packets"' || fail "stats --json"
 	ip netns exec "$SRC" shaper stats --iface s0 --hosts
