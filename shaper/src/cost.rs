@@ -10,8 +10,8 @@
 use std::{thread::sleep, time::Duration};
 
 use aya::{
-    programs::{loaded_programs, ProgramError},
-    sys::{enable_stats, Stats},
+    programs::{ProgramError, loaded_programs},
+    sys::{Stats, enable_stats},
 };
 use serde::Serialize;
 
@@ -165,7 +165,11 @@ mod tests {
     #[test]
     fn counters_that_went_back_are_not_a_cost() {
         // A program unloaded and its id reused by another: fewer runs than before.
-        let r = report(&[s(1, 100, 1_000)], &[s(1, 10, 100)], Duration::from_secs(1));
+        let r = report(
+            &[s(1, 100, 1_000)],
+            &[s(1, 10, 100)],
+            Duration::from_secs(1),
+        );
         assert!(r.programs.is_empty());
         assert!(r.to_text().contains("no program ran"));
     }

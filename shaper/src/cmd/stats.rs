@@ -76,7 +76,9 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
             .ok()
             .filter(|ns| (1_000_000..=3_600_000_000_000).contains(ns))
             .ok_or_else(|| {
-                anyhow::anyhow!("invalid --cost window {window:?}: use a duration from 1ms to 1h (e.g. 2s)")
+                anyhow::anyhow!(
+                    "invalid --cost window {window:?}: use a duration from 1ms to 1h (e.g. 2s)"
+                )
             })?;
         let report = cost::measure(state.maps.stats, std::time::Duration::from_nanos(ns))?;
         return print(&report, args.json, cost::CostReport::to_text);
