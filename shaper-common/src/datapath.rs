@@ -441,6 +441,10 @@ pub struct DatapathStats {
     /// Kept pure ACKs sent at once, ahead of their flow's packets still scheduled
     /// ([`crate::ackfilter::jumps_queue`]).
     pub ack_jumped: u64,
+    /// Packets the qdisc released more than `lateness::LATE_BINS` calendar bins after their
+    /// departure time (a stall), and their wire time, charged to the calendar as owed.
+    pub late_packets: u64,
+    pub late_ns: u64,
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -519,6 +523,8 @@ impl DatapathStats {
             *a += b;
         }
         self.ack_jumped += other.ack_jumped;
+        self.late_packets += other.late_packets;
+        self.late_ns += other.late_ns;
     }
 }
 
@@ -535,6 +541,8 @@ pub mod map_names {
     pub const PROGRAMS: &str = "SHAPER_PROGRAMS";
     pub const ACKS: &str = "SHAPER_ACKS";
     pub const REVERSE: &str = "SHAPER_REVERSE";
+    /// The dequeue observer's device and offsets (`lateness::DequeueWatch`).
+    pub const DEQUEUE_WATCH: &str = "SHAPER_DEQUEUE_WATCH";
 }
 
 /// Names of the BPF programs.
@@ -556,6 +564,9 @@ pub mod program_names {
     /// carries a `mirred` redirect to the segmenter's IFB, after the egress program.
     pub const SEGMENT: &str = "shaper_segment";
     pub const ALL: [&str; 6] = [EGRESS, SCHEDULE, MARK, ACK_FILTER, INGRESS, SEGMENT];
+    /// Watches the qdisc's dequeues for packets leaving late (a raw tracepoint on
+    /// `qdisc_dequeue`, not a classifier: not in [`ALL`]).
+    pub const DEQUEUE: &str = "shaper_dequeue";
 }
 
 /// Slots of `SHAPER_PROGRAMS`.
@@ -574,7 +585,7 @@ const _: () = {
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()
-            == 8 * (15
+            == 8 * (17
                 + DropReason::COUNT
                 + PassReason::COUNT
                 + DELAY_BUCKETS
@@ -583,6 +594,7 @@ const _: () = {
     );
     assert!(core::mem::size_of::<AckState>() == 56);
     assert!(core::mem::size_of::<ReverseState>() == 8);
+    assert!(core::mem::size_of::<crate::lateness::DequeueWatch>() == 32);
 };
 
 #[cfg(feature = "user")]
@@ -598,6 +610,7 @@ mod pod {
     unsafe impl aya::Pod for Levels {}
     unsafe impl aya::Pod for AckState {}
     unsafe impl aya::Pod for ReverseState {}
+    unsafe impl aya::Pod for crate::lateness::DequeueWatch {}
 }
 
 #[cfg(test)]

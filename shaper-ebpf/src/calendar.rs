@@ -321,6 +321,14 @@ fn scan(
     out
 }
 
+/// What a stall released at once (`shaper_common::lateness`): owed like what packets put past
+/// the bin after their span, and repaid the same way, by the bookings of bulk traffic, whose
+/// schedule it was.
+#[inline(always)]
+pub fn owe_late(ns: u64) {
+    owe(OVERFLOW_SLOT, ns);
+}
+
 /// Adds `ns` to the debt in `slot`.
 #[inline(always)]
 fn owe(slot: u32, ns: u64) {

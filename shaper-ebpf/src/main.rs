@@ -16,6 +16,7 @@
 mod ackfilter;
 mod calendar;
 mod clock;
+mod dequeue;
 mod ecn;
 mod fair;
 mod parse;

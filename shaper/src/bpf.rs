@@ -1,18 +1,24 @@
 //! The embedded BPF object: loading, configuring, attaching, and reading its maps.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::{
+    fd::{AsFd, BorrowedFd},
+    unix::fs::MetadataExt,
+};
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, Map, MapData, PerCpuArray, ProgramArray},
     programs::{
-        SchedClassifier, TcAttachType,
+        RawTracePoint, SchedClassifier, TcAttachType,
         tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions},
     },
 };
-use shaper_common::datapath::{
-    DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
-    program_names, program_slots,
+use shaper_common::{
+    datapath::{
+        DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
+        program_names, program_slots,
+    },
+    lateness::DequeueWatch,
 };
 
 use crate::{
@@ -42,6 +48,8 @@ pub enum BpfError {
     Missing(&'static str),
     #[error("duplicating a program descriptor: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Btf(#[from] crate::kernel_btf::BtfError),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
@@ -204,6 +212,39 @@ impl Datapath {
                 attach_options(mode),
             )?,
         );
+        Ok(())
+    }
+
+    /// Watches the qdisc of the device `ifindex` (in this process's network namespace) for
+    /// packets leaving late, and charges the
+    /// calendar for them (`shaper_common::lateness`). Needs the kernel's BTF for where the
+    /// observer reads; it detaches with the data path.
+    pub fn watch_dequeue(&mut self, ifindex: u32) -> Result<(), BpfError> {
+        let btf = crate::kernel_btf::KernelBtf::running()?;
+        let at = crate::kernel_btf::DequeueOffsets::of(&btf)?;
+        // Interface indexes are per namespace: ours is the one this process runs in.
+        let netns_inum = std::fs::metadata("/proc/self/ns/net")?.ino() as u32;
+        let watch = DequeueWatch {
+            ifindex,
+            netns_inum,
+            skb_tstamp: at.skb_tstamp,
+            skb_len: at.skb_len,
+            skb_dev: at.skb_dev,
+            dev_ifindex: at.dev_ifindex,
+            dev_net: at.dev_net,
+            net_inum: at.net_inum,
+        };
+        let name = map_names::DEQUEUE_WATCH;
+        let mut array =
+            Array::<_, DequeueWatch>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        array.set(0, watch, 0).map_err(map_err(name))?;
+        let program: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(program_names::DEQUEUE)
+            .ok_or(BpfError::Missing(program_names::DEQUEUE))?
+            .try_into()?;
+        program.load()?;
+        program.attach("qdisc_dequeue")?;
         Ok(())
     }
 

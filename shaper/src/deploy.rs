@@ -174,6 +174,13 @@ impl Deployment {
         if let Some(plan) = gso {
             apply_limits(&mut sock, &iface, plan);
         }
+        // Shaping works without it; only a stall's clump then goes uncharged.
+        if let Err(e) = datapath.watch_dequeue(iface.ifindex) {
+            warn!(
+                "not watching {} for packets leaving late (a stall's clump goes uncharged): {e}",
+                iface.name
+            );
+        }
 
         let mut deployment = Self {
             iface,

@@ -10,6 +10,7 @@ pub mod deploy;
 pub mod fairness;
 pub mod filter;
 pub mod ingress;
+pub mod kernel_btf;
 pub mod link;
 pub mod netlink;
 pub mod probe;

@@ -46,6 +46,14 @@ measure_pair() {
 	log "stats --cost: shaper_egress ${egress_cost:-missing} (runs, ns per run)"
 	echo "$egress_cost" | awk '{ exit !($1 > 0 && $2 > 0) }' ||
 		fail "stats --cost did not see the egress program run under load: $(cat /tmp/cost.json)"
+	# The dequeue observer is attached (the kernel's BTF read, its offsets found) and sees s0's
+	# packets leave: it runs on every dequeue of the machine, so it runs at least as often.
+	dequeue_runs=$(tr -d ' \n' </tmp/cost.json |
+		sed -n 's/.*"name":"shaper_dequeue","id":[0-9]*,"runs":\([0-9]*\),.*/\1/p')
+	log "stats --cost: shaper_dequeue ${dequeue_runs:-missing} runs"
+	grep -q "not watching" /tmp/shaper.log && fail "the dequeue observer was not attached: $(cat /tmp/shaper.log)"
+	[ "${dequeue_runs:-0}" -ge "$(echo "$egress_cost" | cut -d' ' -f1)" ] ||
+		fail "the dequeue observer ran less often than the egress program: $(cat /tmp/cost.json)"
 	ip netns exec "$SRC" shaper stats --iface s0 --cost 0s 2>/tmp/cost.err && fail "stats --cost 0s was accepted"
 	grep -q "invalid --cost window" /tmp/cost.err || fail "stats --cost 0s: unexpected error: $(cat /tmp/cost.err)"
 	ip netns exec "$SRC" shaper stats --iface s0

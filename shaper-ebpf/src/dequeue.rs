@@ -1,0 +1,76 @@
+//! The dequeue observer: charges the calendar for packets the qdisc released late (see
+//! `shaper_common::lateness`). It reads the kernel's structures at offsets the loader found in
+//! the running kernel's BTF, and only ever reads them.
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint},
+    maps::Array,
+    programs::RawTracePointContext,
+};
+use shaper_common::{edt, lateness};
+
+use crate::{CONFIG, STATS, calendar};
+
+#[map(name = "SHAPER_DEQUEUE_WATCH")]
+static WATCH: Array<lateness::DequeueWatch> = Array::with_max_entries(1, 0);
+
+/// `qdisc_dequeue(struct Qdisc *, const struct netdev_queue *, int packets, struct sk_buff *)`:
+/// the packet is the fourth argument (null when the qdisc had none to give).
+const SKB_ARG: usize = 3;
+
+#[raw_tracepoint(tracepoint = "qdisc_dequeue")]
+pub fn shaper_dequeue(ctx: RawTracePointContext) -> i32 {
+    observe(&ctx);
+    0
+}
+
+#[inline(always)]
+fn observe(ctx: &RawTracePointContext) -> Option<()> {
+    // Most calls are a qdisc found empty.
+    let skb: *const u8 = ctx.arg(SKB_ARG);
+    if skb.is_null() {
+        return None;
+    }
+    let watch = WATCH.get(0)?;
+    if watch.ifindex == 0 {
+        return None;
+    }
+    // Every qdisc on the machine passes here: the device first, the rest only for ours.
+    let dev: *const u8 = read(skb, watch.skb_dev)?;
+    if dev.is_null() || read::<u32>(dev, watch.dev_ifindex)? != watch.ifindex {
+        return None;
+    }
+    let net: *const u8 = read(dev, watch.dev_net)?;
+    if net.is_null() || read::<u32>(net, watch.net_inum)? != watch.netns_inum {
+        return None;
+    }
+    let tstamp: u64 = read(skb, watch.skb_tstamp)?;
+    let len: u32 = read(skb, watch.skb_len)?;
+    let config = CONFIG.get(0)?;
+    let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
+    let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
+    let owed = lateness::late_charge(
+        unsafe { bpf_ktime_get_ns() },
+        tstamp,
+        tx,
+        config.calendar_bin_ns,
+    );
+    if owed == 0 {
+        return None;
+    }
+    calendar::owe_late(owed);
+    let stats = STATS.get_ptr_mut(0)?;
+    // SAFETY: per-CPU map value; the dequeue runs with bottom halves off, like the classifiers.
+    let stats = unsafe { &mut *stats };
+    stats.late_packets += 1;
+    stats.late_ns += owed;
+    Some(())
+}
+
+#[inline(always)]
+fn read<T>(base: *const u8, offset: u32) -> Option<T> {
+    // SAFETY: a kernel pointer the tracepoint passed, read through the helper, which fails
+    // cleanly on a bad address.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T) }.ok()
+}
