@@ -216,23 +216,15 @@ impl Datapath {
     }
 
     /// Watches the qdisc of the device `ifindex` (in this process's network namespace) for
-    /// packets leaving late, and charges the
-    /// calendar for them (`shaper_common::lateness`). Needs the kernel's BTF for where the
-    /// observer reads; it detaches with the data path.
+    /// packets leaving late, and charges the calendar for them (`shaper_common::lateness`).
+    /// Needs the kernel's BTF for where the observer reads; it detaches with the data path.
     pub fn watch_dequeue(&mut self, ifindex: u32) -> Result<(), BpfError> {
         let btf = crate::kernel_btf::KernelBtf::running()?;
-        let at = crate::kernel_btf::DequeueOffsets::of(&btf)?;
         // Interface indexes are per namespace: ours is the one this process runs in.
-        let netns_inum = std::fs::metadata("/proc/self/ns/net")?.ino() as u32;
         let watch = DequeueWatch {
             ifindex,
-            netns_inum,
-            skb_tstamp: at.skb_tstamp,
-            skb_len: at.skb_len,
-            skb_dev: at.skb_dev,
-            dev_ifindex: at.dev_ifindex,
-            dev_net: at.dev_net,
-            net_inum: at.net_inum,
+            netns_inum: std::fs::metadata("/proc/self/ns/net")?.ino() as u32,
+            ..crate::kernel_btf::dequeue_watch(&btf)?
         };
         let name = map_names::DEQUEUE_WATCH;
         let mut array =

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use shaper_common::lateness::DequeueWatch;
+
 /// A struct member's place: byte offset and size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
@@ -232,41 +234,27 @@ impl KernelBtf {
     }
 }
 
-/// Where the dequeue observer reads, checked for the sizes it reads as: `sk_buff`'s `tstamp`,
-/// `len` and `dev`, `net_device`'s `ifindex` and `nd_net`, and the namespace inode number in
-/// `struct net`.
-pub struct DequeueOffsets {
-    pub skb_tstamp: u32,
-    pub skb_len: u32,
-    pub skb_dev: u32,
-    pub dev_ifindex: u32,
-    pub dev_net: u32,
-    pub net_inum: u32,
-}
-
-impl DequeueOffsets {
-    pub fn of(btf: &KernelBtf) -> Result<Self, BtfError> {
-        let expect = |s: &str, m: &str, size: u32| -> Result<u32, BtfError> {
-            let found = btf.member(s, m)?;
-            if found.size != size {
-                return Err(BtfError::Malformed("a member has an unexpected size"));
-            }
-            Ok(found.offset)
-        };
-        // `nd_net` is a `possible_net_t`, a struct holding only the pointer.
-        let dev_net = btf.member("net_device", "nd_net")?;
-        if dev_net.size != 8 {
-            return Err(BtfError::Malformed("net_device.nd_net is not one pointer"));
+/// What the dequeue observer reads, where it reads it: `sk_buff`'s `tstamp`, `len` and `dev`,
+/// `net_device`'s `ifindex` and `nd_net`, and the namespace inode number in `struct net`,
+/// checked for the sizes the observer reads them as. The device to watch is the caller's.
+pub fn dequeue_watch(btf: &KernelBtf) -> Result<DequeueWatch, BtfError> {
+    let expect = |s: &str, m: &str, size: u32| -> Result<u32, BtfError> {
+        let found = btf.member(s, m)?;
+        if found.size != size {
+            return Err(BtfError::Malformed("a member has an unexpected size"));
         }
-        Ok(Self {
-            skb_tstamp: expect("sk_buff", "tstamp", 8)?,
-            skb_len: expect("sk_buff", "len", 4)?,
-            skb_dev: expect("sk_buff", "dev", 8)?,
-            dev_ifindex: expect("net_device", "ifindex", 4)?,
-            dev_net: dev_net.offset,
-            net_inum: btf.member("net", "ns")?.offset + expect("ns_common", "inum", 4)?,
-        })
-    }
+        Ok(found.offset)
+    };
+    Ok(DequeueWatch {
+        skb_tstamp: expect("sk_buff", "tstamp", 8)?,
+        skb_len: expect("sk_buff", "len", 4)?,
+        skb_dev: expect("sk_buff", "dev", 8)?,
+        dev_ifindex: expect("net_device", "ifindex", 4)?,
+        // A `possible_net_t`: a struct holding only the pointer.
+        dev_net: expect("net_device", "nd_net", 8)?,
+        net_inum: btf.member("net", "ns")?.offset + expect("ns_common", "inum", 4)?,
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]
@@ -355,7 +343,7 @@ mod tests {
     #[test]
     fn the_running_kernel_has_what_the_dequeue_observer_reads() {
         let btf = KernelBtf::running().unwrap();
-        let at = DequeueOffsets::of(&btf).unwrap();
+        let at = dequeue_watch(&btf).unwrap();
         // sk_buff opens with next, prev and dev (in a union with dev_scratch).
         assert_eq!(at.skb_dev, 16);
         assert!(at.skb_tstamp > at.skb_dev && at.skb_len > at.skb_tstamp);

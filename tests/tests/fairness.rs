@@ -532,14 +532,7 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
 
 /// The control plane's flags for the host `dst`, as its last tick wrote them.
 fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
-    let ids = h.datapath.map_ids().expect("map ids");
-    let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
-    let key = host_key(dst);
-    rates
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, r)| r.flags)
-        .expect("a rate for the host")
+    host_rate_of(h, dst).flags
 }
 
 #[test]
