@@ -25,13 +25,6 @@ use crate::{
 
 pub const INTERVAL: Duration = Duration::from_millis(100);
 
-/// A tick this many intervals after the previous one measured a stall: the machine did not run
-/// the control loop, and most likely not the data path either (a guest its hypervisor did not
-/// run). Its counters say the hosts sent little over the interval, which the plan would read as
-/// hosts limited elsewhere: boosted, going ahead of the calendar's bookings, just when the
-/// stall's clump (`shaper_common::lateness`) fills the bottleneck behind.
-const STALLED_TICK_INTERVALS: f64 = 3.0;
-
 /// Ticks a host may stay idle before its levels are forgotten (it comes back as a newcomer),
 /// once it has left the plan (see [`crate::sampling`]).
 const FORGET_AFTER_IDLE_TICKS: usize = 2;
@@ -92,8 +85,6 @@ pub struct TickSummary {
     pub bottlenecked_hosts: usize,
     pub level_bps: u64,
     pub new_host_bps: u64,
-    /// Skipped: it came so late that it measured a stall (see [`STALLED_TICK_INTERVALS`]).
-    pub stalled: bool,
 }
 
 /// A host in the data path's map, as the control loop follows it.
@@ -164,9 +155,6 @@ pub struct Controller {
     epoch: u64,
     last_ns: u64,
     seen: HashMap<FlowKey, Seen>,
-    /// The previous tick was skipped as a stall's: the next one is not, whatever its interval,
-    /// so that a control loop that is merely slow still plans.
-    skipped: bool,
 }
 
 impl Controller {
@@ -178,7 +166,6 @@ impl Controller {
             epoch: 0,
             last_ns: monotonic_now_ns(),
             seen: HashMap::new(),
-            skipped: false,
         }
     }
 
@@ -189,24 +176,9 @@ impl Controller {
             return Ok(TickSummary::default());
         }
         self.last_ns = now;
-        let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
-        if !self.skipped && dt_s > STALLED_TICK_INTERVALS * INTERVAL.as_secs_f64() {
-            // The levels in force stay; each host's window starts again from here.
-            for (key, state) in current {
-                if let Some(seen) = self.seen.get_mut(&key) {
-                    seen.window.skip(state);
-                }
-            }
-            self.skipped = true;
-            return Ok(TickSummary {
-                epoch: self.epoch,
-                stalled: true,
-                ..Default::default()
-            });
-        }
-        self.skipped = false;
         self.epoch += 1;
 
+        let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
         // Hosts the data path evicted: an entry created again starts from zero counters.
         let evicted: Vec<FlowKey> = self
             .seen

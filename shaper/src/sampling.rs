@@ -114,12 +114,6 @@ impl HostWindow {
         self.last = state;
     }
 
-    /// Moves the window's start to the counters at `state` without recording the interval up
-    /// to them (one that measured a stall, not the host).
-    pub fn skip(&mut self, state: HostState) {
-        self.last = state;
-    }
-
     /// Ticks since the host's last packet.
     pub fn idle_ticks(&self) -> usize {
         self.ticks

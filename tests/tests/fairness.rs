@@ -530,6 +530,18 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
     );
 }
 
+/// What the control plane wrote for the host `dst`.
+fn host_rate_of(h: &Harness, dst: [u8; 4]) -> shaper_common::datapath::HostRate {
+    let ids = h.datapath.map_ids().expect("map ids");
+    let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
+    let key = host_key(dst);
+    rates
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, r)| *r)
+        .expect("a rate for the host")
+}
+
 /// The control plane's flags for the host `dst`, as its last tick wrote them.
 fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
     host_rate_of(h, dst).flags
@@ -566,54 +578,4 @@ fn hosts_go_ahead_only_where_a_bottlenecked_host_can_be_pushed() {
     assert_eq!(host_flags_of(&h, CLIENT_A) & host_flags::AHEAD, 0);
     assert_ne!(host_flags_of(&h, CLIENT_B) & host_flags::AHEAD, 0);
     assert_ne!(host_flags_of(&h, CLIENT_C) & host_flags::AHEAD, 0);
-}
-
-/// What the control plane wrote for the host `dst`.
-fn host_rate_of(h: &Harness, dst: [u8; 4]) -> shaper_common::datapath::HostRate {
-    let ids = h.datapath.map_ids().expect("map ids");
-    let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
-    let key = host_key(dst);
-    rates
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, r)| *r)
-        .expect("a rate for the host")
-}
-
-#[test]
-fn a_tick_that_measured_a_stall_keeps_the_levels_in_force() {
-    let mut h = harness(Isolation::DualDstHost);
-    let mut control = Controller::new(RATE, Isolation::DualDstHost, Diffserv::Besteffort);
-    let mut tick = |h: &mut Harness, after_ms: u64| {
-        std::thread::sleep(std::time::Duration::from_millis(after_ms));
-        control.tick(&mut h.datapath).expect("tick")
-    };
-    tick(&mut h, 20);
-    // Host A's one flow queues 30 frames: bottlenecked, planned at the whole rate.
-    for _ in 0..30 {
-        send(&mut h, CLIENT_A, 1);
-    }
-    let planned = tick(&mut h, 20);
-    assert!(!planned.stalled);
-    let (epoch, rate) = (
-        h.datapath.levels().expect("levels").epoch,
-        host_rate_of(&h, CLIENT_A),
-    );
-    // Nothing ran for 350 ms: the tick that comes then read A as sending a tenth of its rate.
-    let stalled = tick(&mut h, 350);
-    assert!(stalled.stalled, "{stalled:?}");
-    assert_eq!(
-        h.datapath.levels().expect("levels").epoch,
-        epoch,
-        "levels rewritten"
-    );
-    assert_eq!(
-        host_rate_of(&h, CLIENT_A),
-        rate,
-        "A's levels, flags or boost changed"
-    );
-    // A loop that is merely slow still plans: never two skipped in a row.
-    let slow = tick(&mut h, 350);
-    assert!(!slow.stalled);
-    assert_eq!(h.datapath.levels().expect("levels").epoch, epoch + 1);
 }
