@@ -50,6 +50,8 @@ pub enum BpfError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Btf(#[from] crate::kernel_btf::BtfError),
+    #[error("reading this process's network namespace: {0}")]
+    Netns(std::io::Error),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
@@ -223,7 +225,9 @@ impl Datapath {
         // Interface indexes are per namespace: ours is the one this process runs in.
         let watch = DequeueWatch {
             ifindex,
-            netns_inum: std::fs::metadata("/proc/self/ns/net")?.ino() as u32,
+            netns_inum: std::fs::metadata("/proc/self/ns/net")
+                .map_err(BpfError::Netns)?
+                .ino() as u32,
             ..crate::kernel_btf::dequeue_watch(&btf)?
         };
         let name = map_names::DEQUEUE_WATCH;

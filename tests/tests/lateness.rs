@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use shaper::{bpf::monotonic_now_ns, link::Interface};
 use shaper_common::edt;
 use shaper_tests::{Harness, config, with_short_bins};
 
@@ -30,10 +31,7 @@ struct SlowLink;
 impl SlowLink {
     fn new() -> Self {
         // Left by an interrupted run.
-        let _ = Command::new("ip")
-            .args(["link", "del", DEV])
-            .stderr(std::process::Stdio::null())
-            .status();
+        delete_link();
         let link = Self;
         for args in [
             &["link", "add", DEV, "type", "veth", "peer", "name", PEER][..],
@@ -63,32 +61,26 @@ impl SlowLink {
     }
 
     fn ifindex(&self) -> u32 {
-        std::fs::read_to_string(format!("/sys/class/net/{DEV}/ifindex"))
-            .expect("ifindex")
-            .trim()
-            .parse()
-            .expect("ifindex")
+        Interface::lookup(DEV).expect("the slow link").ifindex
     }
 }
 
 impl Drop for SlowLink {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", DEV]).status();
+        delete_link();
     }
+}
+
+fn delete_link() {
+    let _ = Command::new("ip")
+        .args(["link", "del", DEV])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 fn run(cmd: &str, args: &[&str]) {
     let status = Command::new(cmd).args(args).status().expect(cmd);
     assert!(status.success(), "{cmd} {args:?}: {status}");
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A UDP socket whose datagrams carry a departure time in `skb->tstamp`, as shaper's stamps do.
@@ -163,7 +155,7 @@ fn packets_a_qdisc_releases_late_are_charged_to_the_calendar() {
 
     // Spaced wider than tbf's 8.3 ms per frame: each leaves when it is due.
     for _ in 0..5 {
-        send_at(&sock, monotonic_ns());
+        send_at(&sock, monotonic_now_ns());
         sleep(Duration::from_millis(25));
     }
     let spaced = h.view().stats;
@@ -177,7 +169,7 @@ fn packets_a_qdisc_releases_late_are_charged_to_the_calendar() {
     // later than two bins (bins of about a millisecond at this rate).
     let clump = 20;
     for _ in 0..clump {
-        send_at(&sock, monotonic_ns());
+        send_at(&sock, monotonic_now_ns());
     }
     sleep(Duration::from_millis(300));
     let stats = h.view().stats;
