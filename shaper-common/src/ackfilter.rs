@@ -57,6 +57,23 @@ impl AckFilter {
     }
 }
 
+/// The least a kept ACK charges its flow's clock while the filter is on and other flows of its
+/// host have packets booked after it (bytes): a round's quantum, CAKE's for the rate (its bytes
+/// per second / 4096, within 300 bytes and a full frame). CAKE's DRR serves a flow no more than
+/// its queue holds in a round, so a flow its filter keeps at an ACK or two sends one or two per
+/// round of the bulk flows' quanta. A flow paced at its level like a bulk flow instead takes the
+/// level in 66-byte ACKs: conservative mode, which keeps two of them scheduled, left each of
+/// four downloads' ACK flows nearly a whole flow's share of a 1 Mbit/s uplink, and four uploads
+/// beside them got less than with the filter off (docs/ack-filter.md). Charged a quantum, an ACK
+/// flow sends one ACK per quantum at its level, the ACKs between are the filter's to thin, and
+/// its flow-time counts only its real wire time, so the level it leaves unused goes to the bulk
+/// flows.
+pub fn round_quantum_bytes(rate_bps: u64, frame_bytes: u32) -> u32 {
+    const LEAST: u64 = 300;
+    let per_round = (rate_bps / 8) >> 12;
+    per_round.clamp(LEAST, (frame_bytes as u64).max(LEAST)) as u32
+}
+
 /// TCP flags.
 pub mod tcp_flags {
     pub const FIN: u8 = 0x01;
@@ -586,6 +603,20 @@ mod tests {
     use std::{vec, vec::Vec};
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_round_quantum_is_cakes_for_the_rate() {
+        // 1 Mbit/s: 30 bytes a 4096th of a second, raised to 300; 10 Mbit/s: 305; 100 Mbit/s:
+        // 3,051, held to the frame.
+        assert_eq!(round_quantum_bytes(1_000_000, 1514), 300);
+        assert_eq!(round_quantum_bytes(100_000, 1514), 300);
+        assert_eq!(round_quantum_bytes(10_000_000, 1514), 305);
+        assert_eq!(round_quantum_bytes(30_000_000, 1514), 915);
+        assert_eq!(round_quantum_bytes(100_000_000, 1514), 1514);
+        assert_eq!(round_quantum_bytes(100_000_000, 9014), 3051);
+        // A tiny frame never lowers it below the floor.
+        assert_eq!(round_quantum_bytes(100_000_000, 100), 300);
+    }
 
     fn state(last_ack: u32) -> AckState {
         AckState {

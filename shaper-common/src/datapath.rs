@@ -31,7 +31,9 @@ pub struct ShaperConfig {
     pub flow_quota: u32,
     /// Host prefix masks (network order): IPv4 in one word, IPv6 in four.
     pub host_mask_v4: u32,
-    pub _pad: u32,
+    /// The least a kept ACK of a flow beside others charges its flow's clock while the filter
+    /// is on (`ackfilter::round_quantum_bytes`), bytes.
+    pub ack_quantum_bytes: u32,
     pub host_mask_v6: [u32; 4],
     /// Width of a calendar bin (see the data path's `calendar`): wire time per bin at the rate.
     pub calendar_bin_ns: u64,
@@ -74,7 +76,7 @@ impl Default for ShaperConfig {
             isolation: 0,
             flow_quota: 0,
             host_mask_v4: 0,
-            _pad: 0,
+            ack_quantum_bytes: 0,
             host_mask_v6: [0; 4],
             calendar_bin_ns: 0,
             aqm: AqmParams::default(),

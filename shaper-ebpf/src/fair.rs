@@ -158,7 +158,25 @@ pub fn schedule(
         unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.flows_seen, 1) };
     }
 
-    let tx_flow = edt::tx_time_ns(wire, flow_fp);
+    // A pure ACK while the filter is on, of a flow whose host has other flows' packets booked
+    // after its own: charged at least a round's quantum on its flow's clock, so that its flow
+    // sends an ACK per round of the bulk flows beside it, as under CAKE's DRR, and the filter
+    // thins the ACKs between (`ackfilter::round_quantum_bytes`). Alone, it has no round to
+    // keep to and is charged its wire time (a download over a 100 kbit/s uplink). Its flow-time
+    // (below) is its wire time either way: the level it leaves unused goes to the others.
+    let pure_ack = ackfilter::is_pure_ack(info.tcp_flags, info.tcp_payload_len()) as u64;
+    let others_after = branchless::below(
+        branchless::max(now, flow.last_depart_ns),
+        host.latest_depart_ns,
+    );
+    let rounds = pure_ack & (config.ack_filter != 0) as u64 & others_after;
+    let charged_bytes = branchless::select(
+        rounds,
+        branchless::max(wire, config.ack_quantum_bytes as u64),
+        wire,
+    );
+    let tx_flow = edt::tx_time_ns(charged_bytes, flow_fp);
+    let tx_wire = edt::tx_time_ns(wire, flow_fp);
     // The flow's queue is how far its clock runs ahead of now: what this packet waits behind
     // its flow's earlier packets. The AQM decides on it before anything is booked, so a dropped
     // packet costs no wire time.
@@ -181,7 +199,6 @@ pub fn schedule(
     // and staying sparse at the 30/1 uplink's ACK rates cost the uploads 40 kbit/s in each
     // filter mode (fewer ACKs counted as scheduled, fewer filtered).
     let drained = branchless::below(now, flow_clock) ^ 1;
-    let pure_ack = ackfilter::is_pure_ack(info.tcp_flags, info.tcp_payload_len()) as u64;
     let sparse_bit = (idle | (drained & has_credit & (pure_ack ^ 1))) & unpaced;
     // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
     // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
@@ -215,7 +232,7 @@ pub fn schedule(
         let packet = AqmPacket {
             now,
             queue_ns: flow_clock.saturating_sub(now),
-            wire,
+            wire: charged_bytes,
             flow_ns_per_byte_fp: flow_fp,
             bits: aqm_bits(info, flow),
         };
@@ -344,10 +361,12 @@ pub fn schedule(
     // Flow-time is how far this packet moved its flow's clock: its transmission time at the
     // level plus any push by the calendar. A flow kept busy here accounts for the whole interval
     // whether its level or the overbooked aggregate held it back, so the count of busy flows is
-    // the number of flows, not the rate divided by a level that may be wrong.
+    // the number of flows, not the rate divided by a level that may be wrong. An ACK charged a
+    // round's quantum counts its wire time only: an ACK flow at one ACK a round is a fraction
+    // of a flow, and the level is set for the flows that use it.
     // Where its flow's clock put it: for a packet sent first, behind its flow's queue.
     let charged = branchless::max(depart, want);
-    let clock_ns = charged + tx_flow - want;
+    let clock_ns = charged + tx_wire - want;
     // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
     // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
     // would go to the very flows that overbooked. A sparse packet is held by neither, but one
@@ -403,7 +422,9 @@ struct AqmPacket {
     now: u64,
     /// How far its flow's clock stood ahead of now (0: the flow's queue had drained).
     queue_ns: u64,
-    /// Its size on the wire (its frames' size, for the standing floor).
+    /// Its size on the wire (its frames' size, for the standing floor); for an ACK charged a
+    /// round's quantum, the quantum: two of its flow's rounds queued are then not a standing
+    /// queue.
     wire: u64,
     flow_ns_per_byte_fp: u64,
     /// `aqm::packet` bits.

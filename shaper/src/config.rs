@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use shaper_common::{
-    ackfilter::AckFilter,
+    ackfilter::{self, AckFilter},
     aqm::{self, AqmParams},
     datapath::{LENT_WINDOW_FRAMES, ShaperConfig, calendar_bin_ns},
     diffserv::Diffserv,
@@ -399,7 +399,10 @@ impl Settings {
             isolation: self.isolation as u32,
             flow_quota: self.state.flow_quota,
             host_mask_v4: prefix_mask(self.state.host_prefix_v4, 1)[0],
-            _pad: 0,
+            // A flow the mode keeps at n ACKs scheduled is charged a round for all n: its kept
+            // ACKs wait about a round, as CAKE's newest queued ACK does.
+            ack_quantum_bytes: ackfilter::round_quantum_bytes(self.rate_bps, frame_bytes)
+                / self.ack_filter.scheduled_needed().unwrap_or(1),
             host_mask_v6: prefix_mask(self.state.host_prefix_v6, 4),
             calendar_bin_ns: calendar_bin_ns(ns_per_byte_fp, self.horizon_ns, largest_packet_bytes),
             aqm,
@@ -622,6 +625,20 @@ mod tests {
             e.contains("host-prefix-v6 must be between 1 and 128"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_thinned_ack_flow_is_charged_a_round_for_the_acks_its_mode_keeps_scheduled() {
+        let charge = |mode: &str| {
+            let mut c = cli("eth0", "1mbit");
+            c.ack_filter = Some(mode.into());
+            let s = Settings::resolve(c, None).unwrap();
+            s.datapath_config(1514, 65_536).ack_quantum_bytes
+        };
+        // CAKE's quantum at 1 Mbit/s is 300 bytes: one ACK a round kept in aggressive mode,
+        // two in conservative.
+        assert_eq!(charge("aggressive"), 300);
+        assert_eq!(charge("conservative"), 150);
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         horizon_ns,
         overhead_bytes: 0,
         mpu_bytes: 0,
+        ack_quantum_bytes: shaper_common::ackfilter::round_quantum_bytes(rate_bps, 1514),
         calendar_bin_ns: shaper_common::datapath::calendar_bin_ns(
             shaper_common::edt::ns_per_byte_fp(rate_bps),
             horizon_ns,

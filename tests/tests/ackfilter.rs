@@ -258,6 +258,72 @@ fn a_kept_ack_leaves_at_its_flows_clock_not_behind_other_flows_bookings() {
     );
 }
 
+/// Books four full frames of another flow of the same host when `beside_bulk`, then sends
+/// three duplicate ACKs of one flow (which every mode keeps): the spacing of the last two, and
+/// the flow-time the host was charged for the three.
+fn duplicates_spacing(mode: AckFilter, beside_bulk: bool) -> (u64, u64) {
+    let mut h = Harness::new(ShaperConfig {
+        ack_filter: mode as u32,
+        ..aggressive_per_flow()
+    });
+    h.run_ingress(&Seg::data(1, 1000).frame(false));
+    if beside_bulk {
+        let bulk = full_frame_of_another_flow();
+        for _ in 0..4 {
+            assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
+        }
+    }
+    let busy = |h: &Harness| -> u64 {
+        h.datapath
+            .hosts()
+            .unwrap()
+            .iter()
+            .map(|(_, s)| s.busy_ns)
+            .sum()
+    };
+    let before = busy(&h);
+    let t: Vec<u64> = (0..3)
+        .map(|_| {
+            let o = h.run(&Seg::ack(1_001).frame(true), &SkbContext::default());
+            assert_eq!((o.verdict, o.ctx.priority()), (PASS, 0), "{mode:?}: {o:?}");
+            o.ctx.tstamp()
+        })
+        .collect();
+    (t[2] - t[1], busy(&h) - before)
+}
+
+#[test]
+fn a_kept_ack_beside_other_flows_charges_its_flow_a_rounds_quantum_and_counts_its_wire_time() {
+    let config = aggressive_per_flow();
+    let ack_len = Seg::ack(1_001).frame(true).len() as u64;
+    let ack_ns = tx_time_ns(ack_len, config.ns_per_byte_fp);
+    let quantum = config.ack_quantum_bytes as u64;
+    assert_eq!(quantum, 300, "CAKE's quantum at 100 kbit/s");
+    let quantum_ns = tx_time_ns(quantum, config.ns_per_byte_fp);
+    // The filter on, other flows of its host booked after it: an ACK per round's quantum at
+    // its flow's level (here the rate), though the host's flow-time counts the ACKs' wire time.
+    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
+        let (spacing, busy) = duplicates_spacing(mode, true);
+        assert!(
+            spacing + ack_ns / 10 >= quantum_ns && spacing <= quantum_ns + ack_ns,
+            "{mode:?}: {spacing} ns apart, a quantum is {quantum_ns} ns"
+        );
+        assert!(
+            busy < 3 * ack_ns + quantum_ns,
+            "{mode:?}: flow-time {busy} ns for three ACKs of {ack_ns} ns"
+        );
+    }
+    // Without the filter nothing thins the ACKs a round would queue: each is its wire time.
+    // Alone in its host, an ACK flow has no round to keep to (a download over a thin uplink).
+    for (mode, beside_bulk) in [(AckFilter::Off, true), (AckFilter::Conservative, false)] {
+        let (spacing, _) = duplicates_spacing(mode, beside_bulk);
+        assert!(
+            spacing + ack_ns / 10 >= ack_ns && spacing < ack_ns + ack_ns / 2,
+            "{mode:?}, beside bulk {beside_bulk}: {spacing} ns apart, an ACK is {ack_ns} ns"
+        );
+    }
+}
+
 /// Hosts and their flows apart (CAKE's default, `triple-isolate`), with bins for full frames:
 /// a host's guard then leads its allocation by a few frames at most.
 fn per_host(mode: AckFilter) -> Harness {
