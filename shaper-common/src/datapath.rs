@@ -32,7 +32,8 @@ pub struct ShaperConfig {
     /// Host prefix masks (network order): IPv4 in one word, IPv6 in four.
     pub host_mask_v4: u32,
     /// The least a kept ACK of a flow beside others charges its flow's clock while the filter
-    /// is on (`ackfilter::round_quantum_bytes`), bytes.
+    /// is on, bytes: a round's quantum (`ackfilter::round_quantum_bytes`) divided between the
+    /// ACKs the mode keeps scheduled.
     pub ack_quantum_bytes: u32,
     pub host_mask_v6: [u32; 4],
     /// Width of a calendar bin (see the data path's `calendar`): wire time per bin at the rate.
