@@ -232,7 +232,7 @@ pub fn schedule(
         let packet = AqmPacket {
             now,
             queue_ns: flow_clock.saturating_sub(now),
-            wire: charged_bytes,
+            floor_bytes: charged_bytes,
             flow_ns_per_byte_fp: flow_fp,
             bits: aqm_bits(info, flow),
         };
@@ -422,10 +422,10 @@ struct AqmPacket {
     now: u64,
     /// How far its flow's clock stood ahead of now (0: the flow's queue had drained).
     queue_ns: u64,
-    /// Its size on the wire (its frames' size, for the standing floor); for an ACK charged a
-    /// round's quantum, the quantum: two of its flow's rounds queued are then not a standing
-    /// queue.
-    wire: u64,
+    /// The size the standing floor is taken on: its size on the wire (its frames' size), or for
+    /// an ACK charged a round's quantum the quantum, so that two of its flow's rounds queued
+    /// are not a standing queue.
+    floor_bytes: u64,
     flow_ns_per_byte_fp: u64,
     /// `aqm::packet` bits.
     bits: u32,
@@ -452,7 +452,7 @@ fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
 fn aqm_verdict(flow: &mut FlowState, config: &ShaperConfig, packet: &AqmPacket) -> Verdict {
     let floor = aqm::standing_floor_ns(
         &config.aqm,
-        packet.wire,
+        packet.floor_bytes,
         packet.flow_ns_per_byte_fp,
         config.ns_per_byte_fp,
     );

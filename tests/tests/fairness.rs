@@ -530,21 +530,16 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
     );
 }
 
-/// What the control plane wrote for the host `dst`.
-fn host_rate_of(h: &Harness, dst: [u8; 4]) -> shaper_common::datapath::HostRate {
+/// The control plane's flags for the host `dst`, as its last tick wrote them.
+fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
     let ids = h.datapath.map_ids().expect("map ids");
     let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
     let key = host_key(dst);
     rates
         .iter()
         .find(|(k, _)| *k == key)
-        .map(|(_, r)| *r)
+        .map(|(_, r)| r.flags)
         .expect("a rate for the host")
-}
-
-/// The control plane's flags for the host `dst`, as its last tick wrote them.
-fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
-    host_rate_of(h, dst).flags
 }
 
 #[test]
