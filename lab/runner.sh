@@ -42,7 +42,9 @@ lab_shaper() {
 	ns=$1 dev=$2
 	shift 2
 	log=shaper-$ns-$dev.log
-	ip netns exec "$ns" shaper run --iface "$dev" "$@" >"$log" 2>&1 &
+	# The control loop's trace: each host's levels and boost every tick (ten lines a second),
+	# what the fairness and ACK-filter analyses read beside the run's counters.
+	SHAPER_LOG=${SHAPER_LOG:-shaper::control=trace,info} ip netns exec "$ns" shaper run --iface "$dev" "$@" >"$log" 2>&1 &
 	pid=$!
 	LAB_SHAPERS="$LAB_SHAPERS $pid:$ns:$dev"
 	ready=

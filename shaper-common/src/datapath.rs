@@ -269,6 +269,11 @@ pub struct HostRate {
     pub flags: u64,
     /// How far ahead of its allocation the host may book ([`host_slack_ns`] at its flow level).
     pub slack_ns: u64,
+    /// ns per wire byte (fixed point) at the level of the host's flows before its boost: the
+    /// pace of a round, at which a thinned ACK flow is charged its quantum
+    /// ([`crate::ackfilter::round_quantum_bytes`]). The boost recovers wire time that flows held
+    /// by the host's guard lose; a kept ACK goes ahead of the guard and loses none.
+    pub round_ns_per_byte_fp: u64,
 }
 
 impl HostRate {
@@ -285,6 +290,7 @@ impl HostRate {
             host_ns_per_byte_fp,
             flags,
             slack_ns: host_slack_ns(config, flow_ns_per_byte_fp),
+            round_ns_per_byte_fp: flow_ns_per_byte_fp,
         }
     }
 }
@@ -581,9 +587,9 @@ pub mod program_slots {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 40);
-    assert!(core::mem::size_of::<HostState>() == 120);
+    assert!(core::mem::size_of::<HostState>() == 128);
     assert!(core::mem::size_of::<FlowState>() == 104);
-    assert!(core::mem::size_of::<HostRate>() == 32);
+    assert!(core::mem::size_of::<HostRate>() == 40);
     assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(

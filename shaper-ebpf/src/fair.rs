@@ -126,7 +126,8 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp, slack_ns) = rates(host, &host_key, epoch, config, info.tin, ahead);
+    let (flow_fp, host_fp, slack_ns, round_fp) =
+        rates(host, &host_key, epoch, config, info.tin, ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -175,7 +176,9 @@ pub fn schedule(
         branchless::max(wire, config.ack_quantum_bytes as u64),
         wire,
     );
-    let tx_flow = edt::tx_time_ns(charged_bytes, flow_fp);
+    // Its round at the host's level before the boost (`HostRate::round_ns_per_byte_fp`).
+    let charged_fp = branchless::select(rounds, round_fp, flow_fp);
+    let tx_flow = edt::tx_time_ns(charged_bytes, charged_fp);
     let tx_wire = edt::tx_time_ns(wire, flow_fp);
     // The flow's queue is how far its clock runs ahead of now: what this packet waits behind
     // its flow's earlier packets. The AQM decides on it before anything is booked, so a dropped
@@ -233,7 +236,7 @@ pub fn schedule(
             now,
             queue_ns: flow_clock.saturating_sub(now),
             floor_bytes: charged_bytes,
-            flow_ns_per_byte_fp: flow_fp,
+            flow_ns_per_byte_fp: charged_fp,
             bits: aqm_bits(info, flow),
         };
         match aqm_verdict(flow, config, &packet) {
@@ -509,7 +512,7 @@ fn rates(
     config: &ShaperConfig,
     tin: u8,
     ahead: &mut u32,
-) -> (u64, u64, u64) {
+) -> (u64, u64, u64, u64) {
     // SAFETY: map value, valid for this run; a stale read takes the last epoch's rates once.
     if unsafe { core::ptr::read_volatile(&raw const host.rates_epoch) } != epoch {
         host.rates = read_rates(host_key, config, tin);
@@ -518,7 +521,12 @@ fn rates(
     let r = &host.rates;
     // SAFETY: a word of the skb's control block (written without a branch).
     unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
-    (r.flow_ns_per_byte_fp, r.host_ns_per_byte_fp, r.slack_ns)
+    (
+        r.flow_ns_per_byte_fp,
+        r.host_ns_per_byte_fp,
+        r.slack_ns,
+        r.round_ns_per_byte_fp,
+    )
 }
 
 /// The host's rates from the control plane's map, or its tin's newcomer level (see `rates`).
@@ -545,12 +553,14 @@ fn read_rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> HostRate {
             host_ns_per_byte_fp: 0,
             flags: 0,
             slack_ns: 0,
+            round_ns_per_byte_fp: config.ns_per_byte_fp,
         },
         newcomer => HostRate {
             flow_ns_per_byte_fp: newcomer,
             host_ns_per_byte_fp: newcomer,
             flags: goes_ahead * host_flags::AHEAD,
             slack_ns: slack,
+            round_ns_per_byte_fp: newcomer,
         },
     }
 }

@@ -260,8 +260,9 @@ fn a_kept_ack_leaves_at_its_flows_clock_not_behind_other_flows_bookings() {
 
 /// Books four full frames of another flow of the same host when `beside_bulk`, then sends
 /// three duplicate ACKs of one flow (which every mode keeps): the spacing of the last two, and
-/// the flow-time the host was charged for the three.
-fn duplicates_spacing(mode: AckFilter, beside_bulk: bool) -> (u64, u64) {
+/// the flow-time the host was charged for the three. With `boosted`, a control tick first
+/// paces the host's flows at 1.5 times its level, the level itself (its round) at the rate.
+fn duplicates_spacing(mode: AckFilter, beside_bulk: bool, boosted: bool) -> (u64, u64) {
     let mut h = Harness::new(ShaperConfig {
         ack_filter: mode as u32,
         ..aggressive_per_flow()
@@ -272,6 +273,19 @@ fn duplicates_spacing(mode: AckFilter, beside_bulk: bool) -> (u64, u64) {
         for _ in 0..4 {
             assert_eq!(h.run(&bulk, &SkbContext::default()).verdict, PASS);
         }
+    }
+    if boosted {
+        let config = *h.datapath.config();
+        let rate = HostRate {
+            round_ns_per_byte_fp: config.ns_per_byte_fp,
+            ..HostRate::new(&config, config.ns_per_byte_fp * 2 / 3, 0, 0)
+        };
+        for (key, _) in h.datapath.hosts().unwrap() {
+            h.datapath.set_host_rate(&key, &rate).unwrap();
+        }
+        let mut levels = h.datapath.levels().unwrap();
+        levels.epoch += 1;
+        h.datapath.set_levels(&levels).unwrap();
     }
     let busy = |h: &Harness| -> u64 {
         h.datapath
@@ -302,21 +316,26 @@ fn a_kept_ack_beside_other_flows_charges_its_flow_a_rounds_quantum_and_counts_it
     let quantum_ns = tx_time_ns(quantum, config.ns_per_byte_fp);
     // The filter on, other flows of its host booked after it: an ACK per round's quantum at
     // its flow's level (here the rate), though the host's flow-time counts the ACKs' wire time.
-    for mode in [AckFilter::Conservative, AckFilter::Aggressive] {
-        let (spacing, busy) = duplicates_spacing(mode, true);
+    // A boost paces the host's flows faster, not its rounds: the ACKs keep to the level.
+    for (mode, boosted) in [
+        (AckFilter::Conservative, false),
+        (AckFilter::Aggressive, false),
+        (AckFilter::Conservative, true),
+    ] {
+        let (spacing, busy) = duplicates_spacing(mode, true, boosted);
         assert!(
             spacing + ack_ns / 10 >= quantum_ns && spacing <= quantum_ns + ack_ns,
-            "{mode:?}: {spacing} ns apart, a quantum is {quantum_ns} ns"
+            "{mode:?}, boosted {boosted}: {spacing} ns apart, a quantum is {quantum_ns} ns"
         );
         assert!(
             busy < 3 * ack_ns + quantum_ns,
-            "{mode:?}: flow-time {busy} ns for three ACKs of {ack_ns} ns"
+            "{mode:?}, boosted {boosted}: flow-time {busy} ns for three ACKs of {ack_ns} ns"
         );
     }
     // Without the filter nothing thins the ACKs a round would queue: each is its wire time.
     // Alone in its host, an ACK flow has no round to keep to (a download over a thin uplink).
     for (mode, beside_bulk) in [(AckFilter::Off, true), (AckFilter::Conservative, false)] {
-        let (spacing, _) = duplicates_spacing(mode, beside_bulk);
+        let (spacing, _) = duplicates_spacing(mode, beside_bulk, false);
         assert!(
             spacing + ack_ns / 10 >= ack_ns && spacing < ack_ns + ack_ns / 2,
             "{mode:?}, beside bulk {beside_bulk}: {spacing} ns apart, an ACK is {ack_ns} ns"
