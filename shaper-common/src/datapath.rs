@@ -269,11 +269,11 @@ pub struct HostRate {
     pub flags: u64,
     /// How far ahead of its allocation the host may book ([`host_slack_ns`] at its flow level).
     pub slack_ns: u64,
-    /// ns per wire byte (fixed point) at the level of the host's flows before its boost: the
-    /// pace of a round, at which a thinned ACK flow is charged its quantum
-    /// ([`crate::ackfilter::round_quantum_bytes`]). The boost recovers wire time that flows held
-    /// by the host's guard lose; a kept ACK goes ahead of the guard and loses none.
-    pub round_ns_per_byte_fp: u64,
+    /// The least a kept ACK of a thinned flow charges its flow's clock (ns): its share of a
+    /// round ([`ShaperConfig::ack_quantum_bytes`]) at the level of the host's flows before its
+    /// boost. The boost recovers wire time that flows held by the host's guard lose; a kept ACK
+    /// goes ahead of the guard and loses none. Computed here, so the data path multiplies once.
+    pub ack_round_ns: u64,
 }
 
 impl HostRate {
@@ -290,9 +290,25 @@ impl HostRate {
             host_ns_per_byte_fp,
             flags,
             slack_ns: host_slack_ns(config, flow_ns_per_byte_fp),
-            round_ns_per_byte_fp: flow_ns_per_byte_fp,
+            ack_round_ns: ack_round_ns(config, flow_ns_per_byte_fp),
         }
     }
+
+    /// The same, with the rounds of its thinned ACK flows at `level_ns_per_byte_fp` (the level
+    /// before the host's boost).
+    pub fn with_rounds_at(self, config: &ShaperConfig, level_ns_per_byte_fp: u64) -> Self {
+        Self {
+            ack_round_ns: ack_round_ns(config, level_ns_per_byte_fp),
+            ..self
+        }
+    }
+}
+
+/// A thinned ACK's share of a round at a level of `ns_per_byte_fp` (see
+/// [`HostRate::ack_round_ns`]).
+#[inline(always)]
+pub fn ack_round_ns(config: &ShaperConfig, ns_per_byte_fp: u64) -> u64 {
+    crate::edt::tx_time_ns(config.ack_quantum_bytes as u64, ns_per_byte_fp)
 }
 
 /// Flags of a [`HostRate`].

@@ -20,7 +20,7 @@ use shaper_common::{
     branchless,
     datapath::{
         DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
-        ShaperConfig, host_flags,
+        ShaperConfig, ack_round_ns, host_flags,
     },
     diffserv::MAX_TINS,
     edt,
@@ -126,7 +126,7 @@ pub fn schedule(
     };
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
-    let (flow_fp, host_fp, slack_ns, round_fp) =
+    let (flow_fp, host_fp, slack_ns, round_ns) =
         rates(host, &host_key, epoch, config, info.tin, ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
@@ -176,10 +176,9 @@ pub fn schedule(
         branchless::max(wire, config.ack_quantum_bytes as u64),
         wire,
     );
-    // Its round at the host's level before the boost (`HostRate::round_ns_per_byte_fp`).
-    let charged_fp = branchless::select(rounds, round_fp, flow_fp);
-    let tx_flow = edt::tx_time_ns(charged_bytes, charged_fp);
     let tx_wire = edt::tx_time_ns(wire, flow_fp);
+    // Its round at the host's level before the boost (`HostRate::ack_round_ns`).
+    let tx_flow = branchless::select(rounds, branchless::max(tx_wire, round_ns), tx_wire);
     // The flow's queue is how far its clock runs ahead of now: what this packet waits behind
     // its flow's earlier packets. The AQM decides on it before anything is booked, so a dropped
     // packet costs no wire time.
@@ -236,7 +235,7 @@ pub fn schedule(
             now,
             queue_ns: flow_clock.saturating_sub(now),
             floor_bytes: charged_bytes,
-            flow_ns_per_byte_fp: charged_fp,
+            flow_ns_per_byte_fp: flow_fp,
             bits: aqm_bits(info, flow),
         };
         match aqm_verdict(flow, config, &packet) {
@@ -525,7 +524,7 @@ fn rates(
         r.flow_ns_per_byte_fp,
         r.host_ns_per_byte_fp,
         r.slack_ns,
-        r.round_ns_per_byte_fp,
+        r.ack_round_ns,
     )
 }
 
@@ -553,14 +552,14 @@ fn read_rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> HostRate {
             host_ns_per_byte_fp: 0,
             flags: 0,
             slack_ns: 0,
-            round_ns_per_byte_fp: config.ns_per_byte_fp,
+            ack_round_ns: ack_round_ns(config, config.ns_per_byte_fp),
         },
         newcomer => HostRate {
             flow_ns_per_byte_fp: newcomer,
             host_ns_per_byte_fp: newcomer,
             flags: goes_ahead * host_flags::AHEAD,
             slack_ns: slack,
-            round_ns_per_byte_fp: newcomer,
+            ack_round_ns: ack_round_ns(config, newcomer),
         },
     }
 }

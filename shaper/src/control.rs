@@ -335,15 +335,13 @@ fn host_rate(
     boost: f64,
     flags: u64,
 ) -> HostRate {
-    HostRate {
-        round_ns_per_byte_fp: edt::ns_per_byte_fp(level_bps as u64),
-        ..HostRate::new(
-            config,
-            edt::ns_per_byte_fp((level_bps * boost) as u64),
-            allocation_bps.map_or(0, |a| edt::ns_per_byte_fp(a as u64)),
-            flags,
-        )
-    }
+    HostRate::new(
+        config,
+        edt::ns_per_byte_fp((level_bps * boost) as u64),
+        allocation_bps.map_or(0, |a| edt::ns_per_byte_fp(a as u64)),
+        flags,
+    )
+    .with_rounds_at(config, edt::ns_per_byte_fp(level_bps as u64))
 }
 
 /// Weights each active (source, destination) pair so that sources and destinations are fair
@@ -401,18 +399,19 @@ mod tests {
 
     #[test]
     fn a_boost_paces_a_hosts_flows_not_its_rounds() {
-        let config = ShaperConfig::default();
+        let config = ShaperConfig {
+            ack_quantum_bytes: 150,
+            ..ShaperConfig::default()
+        };
         let r = host_rate(&config, Some(1e6), 200e3, 1.25, host_flags::AHEAD);
         assert_eq!(r.flow_ns_per_byte_fp, edt::ns_per_byte_fp(250_000));
-        assert_eq!(r.round_ns_per_byte_fp, edt::ns_per_byte_fp(200_000));
+        // 150 bytes at 200 kbit/s, not at the boosted 250.
+        assert_eq!(r.ack_round_ns, 6_000_000);
         assert_eq!(r.host_ns_per_byte_fp, edt::ns_per_byte_fp(1_000_000));
         assert_eq!(r.flags, host_flags::AHEAD);
         let unguarded = host_rate(&config, None, 200e3, 1.0, 0);
         assert_eq!(unguarded.host_ns_per_byte_fp, 0);
-        assert_eq!(
-            unguarded.round_ns_per_byte_fp,
-            unguarded.flow_ns_per_byte_fp
-        );
+        assert_eq!(unguarded.ack_round_ns, 6_000_000);
     }
 
     #[test]

@@ -276,10 +276,8 @@ fn duplicates_spacing(mode: AckFilter, beside_bulk: bool, boosted: bool) -> (u64
     }
     if boosted {
         let config = *h.datapath.config();
-        let rate = HostRate {
-            round_ns_per_byte_fp: config.ns_per_byte_fp,
-            ..HostRate::new(&config, config.ns_per_byte_fp * 2 / 3, 0, 0)
-        };
+        let rate = HostRate::new(&config, config.ns_per_byte_fp * 2 / 3, 0, 0)
+            .with_rounds_at(&config, config.ns_per_byte_fp);
         for (key, _) in h.datapath.hosts().unwrap() {
             h.datapath.set_host_rate(&key, &rate).unwrap();
         }
