@@ -74,6 +74,10 @@ pub mod packet {
     pub const ENDS_WRITE: u32 = 1 << 1;
     /// A TCP segment with no data beyond what its flow sent before ([`DataReach`]).
     pub const RETRANSMIT: u32 = 1 << 2;
+    /// A TCP segment with FIN: the end of its sender's stream. Nothing follows it to bring a
+    /// duplicate ACK, so its loss costs the sender a probe and often a timeout; and a sender
+    /// sends one per connection, so sparing it always lets no flow escape the law.
+    pub const ENDS_STREAM: u32 = 1 << 3;
 }
 
 /// How far a TCP connection's data reaches (part of its flow's state; zero: none seen), to tell
@@ -305,10 +309,10 @@ impl AqmState {
 
         let mut verdict = Verdict::Pass;
         let mark = packet & packet::ECT != 0 && p.flags & flags::ECN != 0;
-        // A drop on a retransmission, or on a segment that may end its write, moves to the
-        // flow's next packet, still due then (the module's doc says why); for the latter once,
-        // so that pushing every segment does not escape the law.
-        let spare = packet & packet::RETRANSMIT != 0
+        // A drop on a retransmission or a stream's end, or on a segment that may end its write,
+        // moves to the flow's next packet, still due then (the module's doc says why); for the
+        // last once, so that pushing every segment does not escape the law.
+        let spare = packet & (packet::RETRANSMIT | packet::ENDS_STREAM) != 0
             || (packet & packet::ENDS_WRITE != 0 && self.signalling == SIGNAL_ABOVE);
         let defer = due && !mark && self.signalling != 0 && spare;
         if defer {
@@ -621,6 +625,36 @@ mod tests {
         // A mark loses nothing: a retransmission that can carry one is marked.
         let marked = signalled(1_000 * MS, |_| packet::ECT | packet::RETRANSMIT);
         assert_eq!(marked, signalled(1_000 * MS, |_| packet::ECT));
+    }
+
+    #[test]
+    fn a_drop_never_falls_on_a_streams_end() {
+        let plain = signalled(1_000 * MS, |_| 0);
+        // A sender that pushes every segment spends the one deferral on the first due packet;
+        // the next ends its stream (a short transfer's last packet, its FIN): dropped, nothing
+        // would follow to bring a duplicate ACK. The drop falls on the packet after it.
+        let first = plain[0].0;
+        let fin_second = move |i: u64| match i.wrapping_sub(first) {
+            0 => packet::ENDS_WRITE,
+            1 => packet::ENDS_WRITE | packet::ENDS_STREAM,
+            _ => 0,
+        };
+        assert_eq!(
+            signalled(1_000 * MS, fin_second)[0],
+            (first + 2, Verdict::DropCodel)
+        );
+        let pushed_second = move |i: u64| {
+            if i.wrapping_sub(first) < 2 {
+                packet::ENDS_WRITE
+            } else {
+                0
+            }
+        };
+        assert_eq!(
+            signalled(1_000 * MS, pushed_second)[0],
+            (first + 1, Verdict::DropCodel),
+            "a push alone is spared once"
+        );
     }
 
     #[test]

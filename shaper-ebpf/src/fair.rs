@@ -446,7 +446,11 @@ fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
     let retransmit = flow
         .data_reach
         .on_segment(data, ports, info.tcp_seq, payload);
-    ecn::capable(info) as u32 * aqm::packet::ECT + ends_write * aqm::packet::ENDS_WRITE + retransmit
+    let ends_stream = (info.tcp_flags & FIN != 0) as u32;
+    ecn::capable(info) as u32 * aqm::packet::ECT
+        + ends_write * aqm::packet::ENDS_WRITE
+        + ends_stream * aqm::packet::ENDS_STREAM
+        + retransmit
 }
 
 /// The AQM's verdict on a packet of `flow`.
