@@ -9,7 +9,7 @@ use shaper::{
     bpf::{Datapath, DatapathView},
     config::StateParams,
 };
-use shaper_common::datapath::{ShaperConfig, program_names};
+use shaper_common::datapath::{HostRate, ShaperConfig, program_names};
 
 /// TC_ACT_UNSPEC as the kernel returns it (u32): "continue", what shaper returns to let a
 /// packet through.
@@ -126,6 +126,22 @@ impl Harness {
 
     pub fn view(&self) -> DatapathView {
         self.datapath.snapshot().expect("read maps")
+    }
+
+    /// Starts a new control epoch, as a tick does: the data path reads its hosts' rates again.
+    pub fn start_epoch(&mut self) {
+        let mut levels = self.datapath.levels().unwrap();
+        levels.epoch += 1;
+        self.datapath.set_levels(&levels).unwrap();
+    }
+
+    /// Writes `rate` for every host the data path has seen, and starts the epoch in which it
+    /// reads them.
+    pub fn rate_every_host(&mut self, rate: &HostRate) {
+        for (key, _) in self.datapath.hosts().unwrap() {
+            self.datapath.set_host_rate(&key, rate).unwrap();
+        }
+        self.start_epoch();
     }
 }
 

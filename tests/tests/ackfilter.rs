@@ -276,14 +276,10 @@ fn duplicates_spacing(mode: AckFilter, beside_bulk: bool, boosted: bool) -> (u64
     }
     if boosted {
         let config = *h.datapath.config();
-        let rate = HostRate::new(&config, config.ns_per_byte_fp * 2 / 3, 0, 0)
-            .with_rounds_at(&config, config.ns_per_byte_fp);
-        for (key, _) in h.datapath.hosts().unwrap() {
-            h.datapath.set_host_rate(&key, &rate).unwrap();
-        }
-        let mut levels = h.datapath.levels().unwrap();
-        levels.epoch += 1;
-        h.datapath.set_levels(&levels).unwrap();
+        h.rate_every_host(
+            &HostRate::new(&config, config.ns_per_byte_fp * 2 / 3, 0, 0)
+                .with_rounds_at(&config, config.ns_per_byte_fp),
+        );
     }
     let busy = |h: &Harness| -> u64 {
         h.datapath
@@ -359,18 +355,12 @@ fn per_host(mode: AckFilter) -> Harness {
 /// epoch in which the data path reads them.
 fn boosted_hosts(h: &mut Harness) {
     let config = *h.datapath.config();
-    let rate = HostRate::new(
+    h.rate_every_host(&HostRate::new(
         &config,
         config.ns_per_byte_fp * 2 / 3,
         config.ns_per_byte_fp,
         0,
-    );
-    for (key, _) in h.datapath.hosts().unwrap() {
-        h.datapath.set_host_rate(&key, &rate).unwrap();
-    }
-    let mut levels = h.datapath.levels().unwrap();
-    levels.epoch += 1;
-    h.datapath.set_levels(&levels).unwrap();
+    ));
 }
 
 #[test]

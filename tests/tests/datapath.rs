@@ -357,11 +357,10 @@ fn per_packet_cost() {
 fn as_measured(h: &mut Harness, frame: &[u8]) {
     h.run(frame, &SkbContext::default());
     let config = *h.datapath.config();
-    let rate = HostRate::new(&config, config.ns_per_byte_fp, config.ns_per_byte_fp, 0);
-    for (key, _) in h.datapath.hosts().unwrap() {
-        h.datapath.set_host_rate(&key, &rate).unwrap();
-    }
-    let mut levels = h.datapath.levels().unwrap();
-    levels.epoch += 1;
-    h.datapath.set_levels(&levels).unwrap();
+    h.rate_every_host(&HostRate::new(
+        &config,
+        config.ns_per_byte_fp,
+        config.ns_per_byte_fp,
+        0,
+    ));
 }

@@ -63,9 +63,7 @@ fn set_rate(h: &mut Harness, dst: [u8; 4], flow_fp: u64, host_fp: u64, flags: u6
 fn set_key_rate(h: &mut Harness, key: &FlowKey, flow_fp: u64, host_fp: u64, flags: u64) {
     let rate = HostRate::new(h.datapath.config(), flow_fp, host_fp, flags);
     h.datapath.set_host_rate(key, &rate).unwrap();
-    let mut levels = h.datapath.levels().unwrap();
-    levels.epoch += 1;
-    h.datapath.set_levels(&levels).unwrap();
+    h.start_epoch();
 }
 
 /// The control plane's newcomer level (every tin), written by hand; `ahead`: the tins have
