@@ -227,7 +227,7 @@ pub fn schedule(
     unsafe {
         core::ptr::write_volatile(
             ahead,
-            core::ptr::read_volatile(ahead) | sparse_bit as u32 * SPARSE,
+            core::ptr::read_volatile(ahead) | (sparse_bit as u32 * SPARSE),
         )
     };
     if config.aqm.enabled() {
@@ -331,7 +331,7 @@ pub fn schedule(
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     // SAFETY: a word of the skb's control block, read back from memory (see above).
     let noted = unsafe { core::ptr::read_volatile(ahead) };
-    let sparse_bit = (noted / SPARSE & 1) as u64;
+    let sparse_bit = ((noted / SPARSE) & 1) as u64;
     let tin_first = priority_tin(info.tin);
     let goes_ahead = tin_first || noted != 0;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
@@ -349,7 +349,7 @@ pub fn schedule(
         now,
         tx_rate,
         config.calendar_bin_ns,
-        goes_ahead as u64 * calendar::PRIORITY | tin_first as u64 * calendar::TIN_FIRST,
+        (goes_ahead as u64 * calendar::PRIORITY) | (tin_first as u64 * calendar::TIN_FIRST),
     );
     let lent = booked >> LENT.trailing_zeros();
     let depart = branchless::select(lent, guarded, booked & !LENT);
