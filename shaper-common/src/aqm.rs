@@ -76,7 +76,7 @@ pub mod packet {
     pub const RETRANSMIT: u32 = 1 << 2;
     /// A TCP segment with FIN: the end of its sender's stream. Nothing follows it to bring a
     /// duplicate ACK, so its loss costs the sender a probe and often a timeout; and a sender
-    /// sends one per connection, so sparing it always lets no flow escape the law.
+    /// sends one per connection, so always sparing it lets no flow escape the law.
     pub const ENDS_STREAM: u32 = 1 << 3;
 }
 
