@@ -466,10 +466,10 @@ pub struct DatapathStats {
     /// Kept pure ACKs sent at once, ahead of their flow's packets still scheduled
     /// ([`crate::ackfilter::jumps_queue`]).
     pub ack_jumped: u64,
-    /// Packets the qdisc released more than `lateness::LATE_BINS` calendar bins after their
-    /// departure time (a stall), and their wire time, charged to the calendar as owed.
-    pub late_packets: u64,
-    pub late_ns: u64,
+    /// Packets the device sent ahead of the rate beyond the meter's burst (a stall's clump,
+    /// `overrun::meter`), and the wire time charged to the calendar as owed for them.
+    pub overrun_packets: u64,
+    pub overrun_ns: u64,
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -548,8 +548,8 @@ impl DatapathStats {
             *a += b;
         }
         self.ack_jumped += other.ack_jumped;
-        self.late_packets += other.late_packets;
-        self.late_ns += other.late_ns;
+        self.overrun_packets += other.overrun_packets;
+        self.overrun_ns += other.overrun_ns;
     }
 }
 
@@ -566,7 +566,7 @@ pub mod map_names {
     pub const PROGRAMS: &str = "SHAPER_PROGRAMS";
     pub const ACKS: &str = "SHAPER_ACKS";
     pub const REVERSE: &str = "SHAPER_REVERSE";
-    /// The dequeue observer's device and offsets (`lateness::DequeueWatch`).
+    /// The dequeue observer's device and offsets (`overrun::DequeueWatch`).
     pub const DEQUEUE_WATCH: &str = "SHAPER_DEQUEUE_WATCH";
 }
 
@@ -619,7 +619,7 @@ const _: () = {
     );
     assert!(core::mem::size_of::<AckState>() == 56);
     assert!(core::mem::size_of::<ReverseState>() == 8);
-    assert!(core::mem::size_of::<crate::lateness::DequeueWatch>() == 32);
+    assert!(core::mem::size_of::<crate::overrun::DequeueWatch>() == 32);
 };
 
 #[cfg(feature = "user")]
@@ -635,7 +635,7 @@ mod pod {
     unsafe impl aya::Pod for Levels {}
     unsafe impl aya::Pod for AckState {}
     unsafe impl aya::Pod for ReverseState {}
-    unsafe impl aya::Pod for crate::lateness::DequeueWatch {}
+    unsafe impl aya::Pod for crate::overrun::DequeueWatch {}
 }
 
 #[cfg(test)]

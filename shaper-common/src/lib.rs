@@ -9,6 +9,6 @@ pub mod datapath;
 pub mod diffserv;
 pub mod edt;
 pub mod isolation;
-pub mod lateness;
+pub mod overrun;
 pub mod rate;
 pub mod time;

@@ -321,11 +321,11 @@ fn scan(
     out
 }
 
-/// What a stall released at once (`shaper_common::lateness`): owed like what packets put past
-/// the bin after their span, and repaid the same way, by the bookings of bulk traffic, whose
-/// schedule it was.
+/// What the device sent ahead of the rate (`shaper_common::overrun`): owed like what packets
+/// put past the bin after their span, and repaid the same way, by the bookings of bulk
+/// traffic, whose schedule it was.
 #[inline(always)]
-pub fn owe_late(ns: u64) {
+pub fn owe_overrun(ns: u64) {
     owe(OVERFLOW_SLOT, ns);
 }
 

@@ -1,5 +1,5 @@
-//! The dequeue observer: charges the calendar for packets the qdisc released late (see
-//! `shaper_common::lateness`). It reads the kernel's structures at offsets the loader found in
+//! The dequeue observer: meters what the shaped device sends against the rate and charges the
+//! calendar for what left ahead of it (see `shaper_common::overrun`). It reads the kernel's structures at offsets the loader found in
 //! the running kernel's BTF, and only ever reads them.
 
 use aya_ebpf::{
@@ -8,12 +8,16 @@ use aya_ebpf::{
     maps::Array,
     programs::RawTracePointContext,
 };
-use shaper_common::{edt, lateness};
+use shaper_common::{edt, overrun};
 
-use crate::{CONFIG, STATS, calendar};
+use crate::{CONFIG, STATS, calendar, clock};
 
 #[map(name = "SHAPER_DEQUEUE_WATCH")]
-static WATCH: Array<lateness::DequeueWatch> = Array::with_max_entries(1, 0);
+static WATCH: Array<overrun::DequeueWatch> = Array::with_max_entries(1, 0);
+
+/// The departure meter (`overrun::meter`): shared by every CPU that dequeues the device.
+#[map(name = "SHAPER_DEPARTURES")]
+static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
 
 /// `qdisc_dequeue(struct Qdisc *, const struct netdev_queue *, int packets, struct sk_buff *)`:
 /// the packet is the fourth argument (null when the qdisc had none to give).
@@ -45,26 +49,23 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     if net.is_null() || read::<u32>(net, watch.net_inum)? != watch.netns_inum {
         return None;
     }
-    let tstamp: u64 = read(skb, watch.skb_tstamp)?;
     let len: u32 = read(skb, watch.skb_len)?;
     let config = CONFIG.get(0)?;
     let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let owed = lateness::late_charge(
-        unsafe { bpf_ktime_get_ns() },
-        tstamp,
-        tx,
-        config.calendar_bin_ns,
-    );
+    let meter = DEPARTURES.get_ptr_mut(0)?;
+    let burst = overrun::burst_ns(config.calendar_bin_ns, config.aqm.interval_ns);
+    // SAFETY: a map value, valid for the program's run.
+    let owed = unsafe { clock::meter(meter, bpf_ktime_get_ns(), tx, burst) };
     if owed == 0 {
         return None;
     }
-    calendar::owe_late(owed);
+    calendar::owe_overrun(owed);
     let stats = STATS.get_ptr_mut(0)?;
     // SAFETY: per-CPU map value; the dequeue runs with bottom halves off, like the classifiers.
     let stats = unsafe { &mut *stats };
-    stats.late_packets += 1;
-    stats.late_ns += owed;
+    stats.overrun_packets += 1;
+    stats.overrun_ns += owed;
     Some(())
 }
 

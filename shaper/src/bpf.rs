@@ -18,7 +18,7 @@ use shaper_common::{
         DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
         program_names, program_slots,
     },
-    lateness::DequeueWatch,
+    overrun::DequeueWatch,
 };
 
 use crate::{

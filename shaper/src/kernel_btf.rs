@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use shaper_common::lateness::DequeueWatch;
+use shaper_common::overrun::DequeueWatch;
 
 /// A struct member's place: byte offset and size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,10 +38,10 @@ pub struct Report {
     /// Priority packets (sparse flows', hosts' going ahead, prioritised tins') that booked
     /// behind the others because the calendar's lending was used up.
     pub calendar_refused: u64,
-    /// Packets the qdisc released more than two calendar bins after their departure time (a
-    /// stall sent them together), and their wire time (ns), charged to the calendar.
-    pub late_packets: u64,
-    pub late_ns: u64,
+    /// Packets the device sent ahead of the rate, beyond two calendar bins of burst (a stall
+    /// released them together), and the wire time (ns) charged to the calendar for them.
+    pub overrun_packets: u64,
+    pub overrun_ns: u64,
     /// How far ahead of now the latest departure is scheduled: the queue, in time.
     pub backlog_ns: u64,
     /// Packets the AQM CE-marked.
@@ -134,8 +134,8 @@ impl Report {
             clock_contended: view.stats.clock_contended,
             calendar_delayed: view.stats.calendar_delayed,
             calendar_refused: view.stats.calendar_refused,
-            late_packets: view.stats.late_packets,
-            late_ns: view.stats.late_ns,
+            overrun_packets: view.stats.overrun_packets,
+            overrun_ns: view.stats.overrun_ns,
             backlog_ns: view.backlog_ns,
             ecn_marked: view.stats.ecn_marked,
             sparse: view.stats.sparse,
@@ -189,7 +189,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  left late (a stall): {} packets, {:.1} ms of wire time charged\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  sent ahead of the rate (a stall): {} packets, {:.1} ms of wire time charged\n{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -229,8 +229,8 @@ impl Report {
             self.clock_contended,
             self.calendar_delayed,
             self.calendar_refused,
-            self.late_packets,
-            self.late_ns as f64 / 1e6,
+            self.overrun_packets,
+            self.overrun_ns as f64 / 1e6,
             match &self.ingress_ifb {
                 Some(ifb) => format!(
                     "  ingress: shaped on {ifb} (shaper stats --iface {} --ingress)\n",

@@ -1,20 +1,22 @@
-//! The dequeue observer in the running kernel: a real qdisc (tbf, slower than the rate the data
-//! path is configured for) releases packets after their departure time, as fq does after a
-//! stall, and what leaves later than the calendar's own burst is charged to the calendar.
+//! The dequeue observer in the running kernel: a real qdisc (tbf) releases packets after their
+//! departure time, as fq does after a stall or on a busy CPU. What leaves ahead of the rate the
+//! data path is configured for, beyond the meter's burst, is charged to the calendar; what
+//! leaves late but no faster than the rate is not.
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     os::fd::AsRawFd,
     process::Command,
+    sync::{Mutex, MutexGuard},
     thread::sleep,
     time::Duration,
 };
 
 use shaper::{bpf::monotonic_now_ns, link::Interface};
-use shaper_common::edt;
+use shaper_common::{edt, overrun};
 use shaper_tests::{Harness, config, with_short_bins};
 
-const RATE_BPS: u64 = 100_000_000;
+const RATE_BPS: u64 = 1_000_000;
 const DEV: &str = "shlate0";
 const PEER: &str = "shlate1";
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
@@ -25,14 +27,20 @@ const FRAME: u64 = PAYLOAD as u64 + 14 + 20 + 8;
 /// `SO_TXTIME` / `SCM_TXTIME` (asm-generic/socket.h).
 const SO_TXTIME: libc::c_int = 61;
 
-/// A veth pair whose first end sends through a 1 Mbit/s tbf: a 1,042-byte frame every 8.3 ms.
-struct SlowLink;
+/// A veth pair whose first end sends through a tbf at a given rate. The tests share its name,
+/// so one holds it at a time.
+struct SlowLink {
+    _only: MutexGuard<'static, ()>,
+}
+
+static LINK: Mutex<()> = Mutex::new(());
 
 impl SlowLink {
-    fn new() -> Self {
+    fn new(tbf_rate: &str) -> Self {
+        let only = LINK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Left by an interrupted run.
         delete_link();
-        let link = Self;
+        let link = Self { _only: only };
         for args in [
             &["link", "add", DEV, "type", "veth", "peer", "name", PEER][..],
             &["addr", "add", "10.213.0.1/30", "dev", DEV],
@@ -53,7 +61,7 @@ impl SlowLink {
         run(
             "tc",
             &[
-                "qdisc", "replace", "dev", DEV, "root", "tbf", "rate", "1mbit", "burst", "1600",
+                "qdisc", "replace", "dev", DEV, "root", "tbf", "rate", tbf_rate, "burst", "1600",
                 "limit", "100000",
             ],
         );
@@ -143,45 +151,73 @@ fn send_at(sock: &UdpSocket, at_ns: u64) {
     );
 }
 
-#[test]
-fn packets_a_qdisc_releases_late_are_charged_to_the_calendar() {
+/// The data path at 1 Mbit/s watching a link whose tbf releases at `tbf_rate`, and a socket
+/// whose datagrams carry departure times.
+fn watched(tbf_rate: &str) -> (Harness, SlowLink, UdpSocket, u64) {
     let config = with_short_bins(config(RATE_BPS, 1_000_000_000));
     let mut h = Harness::new(config);
-    let link = SlowLink::new();
+    let link = SlowLink::new(tbf_rate);
     h.datapath
         .watch_dequeue(link.ifindex())
         .expect("attach the dequeue observer");
-    let sock = timed_socket();
+    let tx = edt::tx_time_ns(FRAME, config.ns_per_byte_fp);
+    (h, link, timed_socket(), tx)
+}
 
-    // Spaced wider than tbf's 8.3 ms per frame: each leaves when it is due.
-    for _ in 0..5 {
+#[test]
+fn packets_released_late_but_no_faster_than_the_rate_are_not_charged() {
+    // Just under the data path's rate: a 1,042-byte frame every 8.4 ms.
+    let (h, _link, sock, _) = watched("990kbit");
+    // All due now: tbf releases them one by one, the last 160 ms after its departure time,
+    // as fq's timer does on a busy CPU. The device never sent faster than the rate.
+    for _ in 0..20 {
+        send_at(&sock, monotonic_now_ns());
+    }
+    sleep(Duration::from_millis(300));
+    let stats = h.view().stats;
+    assert_eq!(
+        (stats.overrun_packets, stats.overrun_ns),
+        (0, 0),
+        "late departures at the rate were charged"
+    );
+}
+
+#[test]
+fn a_clump_released_ahead_of_the_rate_is_charged_what_it_sent_beyond_the_burst() {
+    // A hundred times the data path's rate: the clump leaves within 2 ms.
+    let (h, _link, sock, tx) = watched("100mbit");
+    let config = h.datapath.config();
+    let burst = overrun::burst_ns(config.calendar_bin_ns, config.aqm.interval_ns);
+
+    // Spaced wider than their wire time at the rate: nothing to charge.
+    for _ in 0..3 {
         send_at(&sock, monotonic_now_ns());
         sleep(Duration::from_millis(25));
     }
     let spaced = h.view().stats;
     assert_eq!(
-        (spaced.late_packets, spaced.late_ns),
+        (spaced.overrun_packets, spaced.overrun_ns),
         (0, 0),
-        "packets that left on time were charged"
+        "packets that left at the rate were charged"
     );
 
-    // A clump, all due now: tbf releases one frame per 8.3 ms, so all but the first leave
-    // later than two bins (bins of about a millisecond at this rate).
+    // Idle long enough for the meter to hold its whole burst, then a clump.
+    sleep(Duration::from_millis(100));
     let clump = 20;
     for _ in 0..clump {
         send_at(&sock, monotonic_now_ns());
     }
-    sleep(Duration::from_millis(300));
+    sleep(Duration::from_millis(100));
     let stats = h.view().stats;
+    let expected = clump * tx - burst;
     assert!(
-        (clump - 2..clump).contains(&stats.late_packets),
-        "{} of {clump} counted late",
-        stats.late_packets
+        stats.overrun_ns <= expected && stats.overrun_ns + tx / 2 >= expected,
+        "charged {} ns for a clump of {clump} frames of {tx} ns with a {burst} ns burst",
+        stats.overrun_ns
     );
-    let tx = edt::tx_time_ns(FRAME, config.ns_per_byte_fp);
-    assert_eq!(
-        stats.late_ns,
-        stats.late_packets * tx,
-        "each late frame owes its wire time"
+    assert!(
+        stats.overrun_packets >= clump - burst / tx - 1,
+        "{} of {clump} frames charged",
+        stats.overrun_packets
     );
 }

@@ -1,0 +1,198 @@
+//! Departures beyond the rate: the trace of a stall.
+//!
+//! fq holds each packet until its `skb->tstamp` and releases every packet whose time has passed.
+//! When the machine stops running the qdisc for a while (a guest its hypervisor does not run, a
+//! CPU held by interrupts), everything scheduled for that while leaves at once on resume, into
+//! the bottleneck behind, which drains it only at its margin over the rate. The egress program
+//! cannot tell such a stall from an idle spell (neither stamps anything meanwhile); the dequeue
+//! can. It meters what the device sends against the rate, as a token bucket [`burst_ns`] deep:
+//! what leaves beyond it left ahead of the rate, and that much is owed to the calendar, whose
+//! bookings then leave the bottleneck the time to drain it.
+//!
+//! Lateness alone is not charged. On a busy CPU fq's timer fires late all the time, and every
+//! packet leaves a little after its departure time, yet the device sends at the rate: charging
+//! those packets took wire time from the rate that nothing had used. A stall's clump is
+//! charged exactly what it put on the wire beyond the rate and the burst, so departures can
+//! never run ahead of the rate by more than the burst over any span of time (whatever the
+//! control loop's levels and the calendar's slack), and a departure process at or below the
+//! rate is never charged.
+
+/// What the dequeue observer reads, and where: the shaped device, and the offsets of the kernel
+/// structures' members it needs, from the running kernel's BTF (they move between kernels and
+/// builds). Interface indexes are per network namespace, so the device is its index and its
+/// namespace's inode number. `ifindex` zero: nothing watched.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DequeueWatch {
+    pub ifindex: u32,
+    pub netns_inum: u32,
+    /// `struct sk_buff`: `tstamp` (u64), `len` (u32), `dev` (pointer).
+    pub skb_tstamp: u32,
+    pub skb_len: u32,
+    pub skb_dev: u32,
+    /// `struct net_device`: `ifindex` (int), `nd_net` (a pointer to its `struct net`).
+    pub dev_ifindex: u32,
+    pub dev_net: u32,
+    /// `struct net`: its namespace's inode number (`ns.inum`).
+    pub net_inum: u32,
+}
+
+/// The least depth of the meter in calendar bins: what the calendar itself lets leave ahead of
+/// the rate. It lends priority packets up to its span ahead of the bookings (the bulk repays
+/// it later), lets a bin's bookings (a little over its width) leave together, and a packet of
+/// a full bin leaves up to a bin after its time.
+pub const BURST_BINS: u64 = crate::datapath::CALENDAR_MAX_SPAN_BINS as u64 + 2;
+
+/// The meter's depth: one AQM interval, and never less than the calendar's own burst. A clump
+/// shorter than an interval is what a busy CPU makes of fq's timer all the time; the bottleneck
+/// behind drains it as it drains any burst the AQM tolerates, and charging it took wire time
+/// that the late departures had already lost (as CAKE's catch-up after a late dequeue does,
+/// the device sends what was due). A longer one is a stall, whose clump would otherwise hold
+/// the bottleneck for longer than the AQM lets any queue stand.
+pub const fn burst_ns(bin_ns: u64, interval_ns: u64) -> u64 {
+    let bins = BURST_BINS * bin_ns;
+    if interval_ns > bins {
+        interval_ns
+    } else {
+        bins
+    }
+}
+
+/// One departure through the meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metered {
+    /// The meter's new value: the time (CLOCK_MONOTONIC ns) at which what the device sent would
+    /// have finished leaving at the rate, less what was charged.
+    pub meter_ns: u64,
+    /// Wire time (ns) that left ahead of the rate and is owed to the calendar.
+    pub charge_ns: u64,
+}
+
+/// A packet of wire time `tx_ns` leaving at `now_ns` through a meter at `meter_ns`, `burst_ns`
+/// deep. The meter never lags `now` by more than the burst (an idle device earns no more
+/// credit); the packet takes its wire time from it; whatever then stands ahead of `now` (up to
+/// the packet's own wire time: the rest was charged to earlier packets) left ahead of the rate
+/// and is charged, and taken off the meter, since the calendar's bookings repay it.
+pub const fn meter(meter_ns: u64, now_ns: u64, tx_ns: u64, burst_ns: u64) -> Metered {
+    let floor = now_ns.saturating_sub(burst_ns);
+    let start = if meter_ns > floor { meter_ns } else { floor };
+    let end = start.saturating_add(tx_ns);
+    let ahead = end.saturating_sub(now_ns);
+    let charge_ns = if ahead < tx_ns { ahead } else { tx_ns };
+    Metered {
+        meter_ns: end - charge_ns,
+        charge_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const TX: u64 = 120_000;
+
+    /// Runs departures at the given times through a fresh meter; the total charge.
+    fn charged(times: impl IntoIterator<Item = u64>, burst: u64) -> u64 {
+        let mut m = 0;
+        let mut total = 0;
+        for now in times {
+            let step = meter(m, now, TX, burst);
+            m = step.meter_ns;
+            total += step.charge_ns;
+        }
+        total
+    }
+
+    #[test]
+    fn departures_at_the_rate_are_never_charged_however_late_they_are() {
+        let start = 10_000 * MS;
+        // Every packet leaves exactly one wire time after the one before.
+        assert_eq!(charged((0..10_000).map(|i| start + i * TX), 2 * MS), 0);
+        // Below the rate, with gaps.
+        assert_eq!(
+            charged((0..10_000).map(|i| start + i * 3 * TX / 2), 2 * MS),
+            0
+        );
+    }
+
+    #[test]
+    fn a_clump_is_charged_what_it_put_on_the_wire_beyond_the_burst() {
+        let start = 10_000 * MS;
+        let burst = 2 * MS;
+        // 300 ms of wire time released at one instant after a stall.
+        let n = 300 * MS / TX;
+        let total = charged(core::iter::repeat_n(start, n as usize), burst);
+        assert_eq!(total, n * TX - burst);
+    }
+
+    #[test]
+    fn after_a_charged_clump_departures_at_the_rate_are_not_charged_again() {
+        let start = 10_000 * MS;
+        let burst = 2 * MS;
+        let clump = 100;
+        let mut m = 0;
+        let mut charge = 0;
+        for _ in 0..clump {
+            let s = meter(m, start, TX, burst);
+            m = s.meter_ns;
+            charge += s.charge_ns;
+        }
+        assert_eq!(charge, clump * TX - burst);
+        // The calendar's debt then holds the device for what was charged: the next packets
+        // leave at the rate from the end of the burst on.
+        let mut after = 0;
+        for i in 0..1_000 {
+            let s = meter(m, start + burst + i * TX, TX, burst);
+            m = s.meter_ns;
+            after += s.charge_ns;
+        }
+        assert_eq!(after, 0);
+    }
+
+    #[test]
+    fn departures_never_run_ahead_of_the_rate_by_more_than_the_burst() {
+        // Over any run of departures, what left minus what was charged fits in the time
+        // elapsed at the rate, plus the burst.
+        let burst = 2 * MS;
+        let mut m = 0;
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut now = 10_000 * MS;
+        let (first, mut sent, mut charged) = (now, 0, 0);
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Gaps from nothing (a clump) to three wire times.
+            now += seed % (3 * TX);
+            let s = meter(m, now, TX, burst);
+            m = s.meter_ns;
+            sent += TX;
+            charged += s.charge_ns;
+            assert!(sent - charged <= now - first + burst + TX);
+        }
+    }
+
+    #[test]
+    fn the_burst_is_an_interval_and_never_less_than_the_calendars_own() {
+        assert_eq!(burst_ns(MS, 100 * MS), 100 * MS);
+        assert_eq!(burst_ns(30 * MS, 100 * MS), BURST_BINS * 30 * MS);
+        assert_eq!(burst_ns(MS, 0), BURST_BINS * MS);
+    }
+
+    #[test]
+    fn an_idle_device_earns_no_more_than_the_burst() {
+        let burst = 2 * MS;
+        // Idle for a second, then a clump of 50 wire times.
+        let m = meter(0, 10_000 * MS, TX, burst).meter_ns;
+        let later = 10_001 * MS;
+        let mut state = m;
+        let mut charge = 0;
+        for _ in 0..50 {
+            let s = meter(state, later, TX, burst);
+            state = s.meter_ns;
+            charge += s.charge_ns;
+        }
+        assert_eq!(charge, 50 * TX - burst);
+    }
+}
