@@ -37,25 +37,14 @@ pub struct DequeueWatch {
     pub net_inum: u32,
 }
 
-/// The least depth of the meter in calendar bins: what the calendar itself lets leave ahead of
-/// the rate. It lends priority packets up to its span ahead of the bookings (the bulk repays
+/// The meter's depth in calendar bins: what the calendar itself lets leave ahead of the rate. It lends priority packets up to its span ahead of the bookings (the bulk repays
 /// it later), lets a bin's bookings (a little over its width) leave together, and a packet of
 /// a full bin leaves up to a bin after its time.
 pub const BURST_BINS: u64 = crate::datapath::CALENDAR_MAX_SPAN_BINS as u64 + 2;
 
-/// The meter's depth: one AQM interval, and never less than the calendar's own burst. A clump
-/// shorter than an interval is what a busy CPU makes of fq's timer all the time; the bottleneck
-/// behind drains it as it drains any burst the AQM tolerates, and charging it took wire time
-/// that the late departures had already lost (as CAKE's catch-up after a late dequeue does,
-/// the device sends what was due). A longer one is a stall, whose clump would otherwise hold
-/// the bottleneck for longer than the AQM lets any queue stand.
-pub const fn burst_ns(bin_ns: u64, interval_ns: u64) -> u64 {
-    let bins = BURST_BINS * bin_ns;
-    if interval_ns > bins {
-        interval_ns
-    } else {
-        bins
-    }
+/// The meter's depth for calendar bins `bin_ns` wide.
+pub const fn burst_ns(bin_ns: u64) -> u64 {
+    BURST_BINS * bin_ns
 }
 
 /// One departure through the meter.
@@ -171,13 +160,6 @@ mod tests {
             charged += s.charge_ns;
             assert!(sent - charged <= now - first + burst + TX);
         }
-    }
-
-    #[test]
-    fn the_burst_is_an_interval_and_never_less_than_the_calendars_own() {
-        assert_eq!(burst_ns(MS, 100 * MS), 100 * MS);
-        assert_eq!(burst_ns(30 * MS, 100 * MS), BURST_BINS * 30 * MS);
-        assert_eq!(burst_ns(MS, 0), BURST_BINS * MS);
     }
 
     #[test]

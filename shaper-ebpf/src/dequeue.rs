@@ -54,7 +54,7 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     let meter = DEPARTURES.get_ptr_mut(0)?;
-    let burst = overrun::burst_ns(config.calendar_bin_ns, config.aqm.interval_ns);
+    let burst = overrun::burst_ns(config.calendar_bin_ns);
     // SAFETY: a map value, valid for the program's run.
     let owed = unsafe { clock::meter(meter, bpf_ktime_get_ns(), tx, burst) };
     if owed == 0 {

@@ -10,8 +10,11 @@
 use std::{
     fs::{File, OpenOptions},
     io::Write,
-    os::fd::AsRawFd,
-    path::PathBuf,
+    os::{
+        fd::AsRawFd,
+        unix::fs::{OpenOptionsExt, PermissionsExt},
+    },
+    path::{Path, PathBuf},
 };
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +97,23 @@ pub struct State {
     pub maps: MapIds,
 }
 
+/// The run directory and its files are root's alone: the state names the maps (by id, which a
+/// privileged process opens), the interface's original qdiscs and the lock of a running shaper.
+const PRIVATE_DIR: u32 = 0o700;
+const PRIVATE_FILE: u32 = 0o600;
+
+/// Creates `dir` (and its parents) and makes it private, whatever the umask or an older
+/// shaper left: an existing directory is tightened too.
+fn create_private_dir(dir: &Path) -> Result<(), RuntimeError> {
+    let io = |source| RuntimeError::Io {
+        what: "creating",
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR)).map_err(io)
+}
+
 pub fn run_dir() -> PathBuf {
     std::env::var_os("SHAPER_RUN_DIR")
         .map(PathBuf::from)
@@ -116,16 +136,13 @@ pub struct InterfaceLock {
 impl InterfaceLock {
     pub fn acquire(iface: &Interface) -> Result<Self, RuntimeError> {
         let dir = run_dir();
-        std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::Io {
-            what: "creating",
-            path: dir.display().to_string(),
-            source,
-        })?;
+        create_private_dir(&dir)?;
         let path = base_path(iface).with_extension("lock");
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(PRIVATE_FILE)
             .open(&path)
             .map_err(|source| RuntimeError::Io {
                 what: "opening",
@@ -175,7 +192,13 @@ pub fn write_state(iface: &Interface, state: &State) -> Result<(), RuntimeError>
         path: path.display().to_string(),
         source,
     };
-    let mut file = File::create(&tmp).map_err(|e| io("writing", e))?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(PRIVATE_FILE)
+        .open(&tmp)
+        .map_err(|e| io("writing", e))?;
     let text = serde_json::to_string_pretty(state).expect("state serialises");
     file.write_all(text.as_bytes())
         .map_err(|e| io("writing", e))?;
@@ -189,4 +212,21 @@ pub fn remove_state(iface: &Interface) {
 /// Whether a process with this pid exists.
 pub fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_directory_is_made_private_even_when_it_exists() {
+        let base = std::env::temp_dir().join(format!("shaper-run-{}", std::process::id()));
+        let dir = base.join("nested");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_dir_all(&base).unwrap();
+        assert_eq!(mode, PRIVATE_DIR);
+    }
 }

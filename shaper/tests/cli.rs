@@ -84,7 +84,7 @@ fn bad_input_is_refused_with_a_clear_message() {
 }
 
 #[test]
-fn without_privileges_nothing_is_attempted() {
+fn without_privileges_nothing_is_attempted_and_every_missing_capability_is_named() {
     let out = Command::new(SHAPER)
         .args(["run", "--iface", "lo", "--rate", "1gbit"])
         .uid(65534)
@@ -93,7 +93,7 @@ fn without_privileges_nothing_is_attempted() {
         .expect("run shaper as nobody");
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("needs CAP_NET_ADMIN and CAP_BPF"),
+        stderr(&out).contains("lacks CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON"),
         "{}",
         stderr(&out)
     );

@@ -187,7 +187,7 @@ fn a_clump_released_ahead_of_the_rate_is_charged_what_it_sent_beyond_the_burst()
     // A hundred times the data path's rate: the clump leaves within 2 ms.
     let (h, _link, sock, tx) = watched("100mbit");
     let config = h.datapath.config();
-    let burst = overrun::burst_ns(config.calendar_bin_ns, config.aqm.interval_ns);
+    let burst = overrun::burst_ns(config.calendar_bin_ns);
 
     // Spaced wider than their wire time at the rate: nothing to charge.
     for _ in 0..3 {

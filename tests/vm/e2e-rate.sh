@@ -29,6 +29,9 @@ measure_pair() {
 
 	shaper_start --iface s0 --rate "${1}mbit" --no-split-gso
 	verifier_budget
+	# The run directory and the state it holds are root's alone.
+	perms=$(stat -c '%a' /run/shaper /run/shaper/*.json /run/shaper/*.lock | sort -u | tr '\n' ' ')
+	[ "$perms" = "600 700 " ] || fail "run directory and state not private: $(ls -la /run/shaper)"
 	state=$(qdisc_state s0)
 	echo "$state" | grep -Eq "qdisc (fq|mq) 5348: root" || fail "shaper did not install its root qdisc: $state"
 	if ip netns exec "$SRC" shaper run --iface s0 --rate 1gbit 2>/tmp/second.err; then
