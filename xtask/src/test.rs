@@ -26,6 +26,7 @@ const VM_SCRIPTS: &[&str] = &[
     "tests/vm/e2e-ingress.sh",
     "tests/vm/e2e-forward.sh",
     "tests/vm/e2e-ackfilter.sh",
+    "tests/vm/e2e-accounting.sh",
 ];
 
 #[derive(clap::Args)]
