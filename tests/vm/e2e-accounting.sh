@@ -19,25 +19,7 @@ DOWN_MBIT=20
 TOLERANCE=1
 NSES="cli rtr srv"
 
-run() {
-	ns=$1
-	shift
-	ip netns exec "$ns" "$@"
-}
-
-topology_down() {
-	for ns in $NSES; do
-		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
-		ip netns del "$ns" 2>/dev/null
-	done
-	true
-}
-
-topology_down
-for ns in $NSES; do
-	ip netns add "$ns"
-	ip -n "$ns" link set lo up
-done
+namespaces_up
 ip link add c0 netns cli type veth peer name rc netns rtr
 ip link add s0 netns srv type veth peer name rs netns rtr
 ip -n cli addr add 10.1.0.2/24 dev c0

@@ -31,27 +31,8 @@ PING_P99_MAX_MS=5
 TOLERANCE=3
 NSES="srv rtr mdm cli"
 
-# run NS CMD...: in a namespace.
-run() {
-	ns=$1
-	shift
-	ip netns exec "$ns" "$@"
-}
-
-topology_down() {
-	for ns in $NSES; do
-		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
-		ip netns del "$ns" 2>/dev/null
-	done
-	true
-}
-
 topology_up() {
-	topology_down
-	for ns in $NSES; do
-		ip netns add "$ns"
-		ip -n "$ns" link set lo up
-	done
+	namespaces_up
 	ip link add s0 netns srv type veth peer name r0 netns rtr
 	ip link add r1 netns rtr type veth peer name m0 netns mdm
 	ip link add m1 netns mdm type veth peer name c0 netns cli

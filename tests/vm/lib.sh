@@ -18,6 +18,31 @@ log() {
 	echo "== $*"
 }
 
+# run NS CMD...: in a namespace.
+run() {
+	ns=$1
+	shift
+	ip netns exec "$ns" "$@"
+}
+
+# topology_down: every process in each namespace of $NSES, then the namespaces.
+topology_down() {
+	for ns in $NSES; do
+		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
+		ip netns del "$ns" 2>/dev/null
+	done
+	true
+}
+
+# namespaces_up: $NSES afresh, each with its loopback up.
+namespaces_up() {
+	topology_down
+	for ns in $NSES; do
+		ip netns add "$ns"
+		ip -n "$ns" link set lo up
+	done
+}
+
 # pair_up: (re)create the two namespaces and the veth between them.
 pair_up() {
 	pair_down
