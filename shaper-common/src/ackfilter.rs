@@ -538,7 +538,26 @@ pub mod options {
 /// padding. Anything else (another option, another layout, an option past `len`) is unknown,
 /// and the ACK is kept. Fixed positions, not a walk: a walk's every step is a branch point for
 /// the BPF verifier, and it gives up on the sequence.
+///
+/// An ACK whose options are unknown reports no SACK blocks: the filter records a kept ACK's
+/// blocks as told to the sender, and the sender's own walk of options the scan does not
+/// understand may not read them (a SACK option running past `len` is dropped whole, of two
+/// SACK options the last counts).
 pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
+    if !scan_layout(opts, len, seen) {
+        *seen = AckSeen {
+            ack: seen.ack,
+            window: seen.window,
+            flags: seen.flags,
+            unknown_option: true,
+            ..AckSeen::default()
+        };
+    }
+}
+
+/// [`scan_options`]'s reading: whether the options have a layout it understands (what it
+/// wrote into `seen` counts only then).
+fn scan_layout(opts: &[u8], len: usize, seen: &mut AckSeen) -> bool {
     let byte = |i: usize| opts.get(i).copied().unwrap_or(0xff);
     let padded_before = byte(0) == options::NOP
         && byte(1) == options::NOP
@@ -552,8 +571,7 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
     if byte(at) == options::NOP && byte(at + 1) == options::NOP && byte(at + 2) == options::SACK {
         let olen = byte(at + 3) as usize;
         if !matches!(olen, 10 | 18 | 26 | 34) {
-            seen.unknown_option = true;
-            return;
+            return false;
         }
         let word = |i: usize| u32::from_be_bytes([byte(i), byte(i + 1), byte(i + 2), byte(i + 3)]);
         let blocks = (olen - 2) / 8;
@@ -581,8 +599,7 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
         seen.sack_full = at + 8 > 40;
     }
     if at > len {
-        seen.unknown_option = true;
-        return;
+        return false;
     }
     // The rest is padding: NOP or EOL (and the zeros past `len`).
     let mut rest = 0u8;
@@ -591,9 +608,7 @@ pub fn scan_options(opts: &[u8], len: usize, seen: &mut AckSeen) {
             rest |= byte(i) & !options::NOP;
         }
     }
-    if rest != 0 {
-        seen.unknown_option = true;
-    }
+    rest == 0
 }
 
 #[cfg(test)]
@@ -871,8 +886,40 @@ mod tests {
         let mut cut = [0u8; 16];
         cut[..12].copy_from_slice(&ts_after);
         cut[12..].copy_from_slice(&[1, 1, 5, 18]);
-        assert_eq!(scan(&cut), (true, true), "a SACK block past the options");
+        assert_eq!(scan(&cut), (false, true), "a SACK block past the options");
         assert_eq!(scan(&[]), (false, false));
+    }
+
+    #[test]
+    fn a_kept_ack_whose_options_are_not_understood_tells_no_blocks() {
+        // Block [11000, 12000) in a SACK option the header's length (4 bytes of options) cuts:
+        // the sender's TCP drops the option whole, so keeping the ACK told it nothing.
+        let block = [0, 0, 0x2a, 0xf8, 0, 0, 0x2e, 0xe0];
+        let mut cut = [0u8; 64];
+        cut[..4].copy_from_slice(&[1, 1, 5, 10]);
+        cut[4..12].copy_from_slice(&block);
+        // Two SACK options: the sender reads the last one.
+        let mut two = [0u8; 64];
+        two[..12].copy_from_slice(&cut[..12]);
+        two[12..16].copy_from_slice(&[1, 1, 5, 10]);
+        for (opts, len) in [(cut, 4), (two, 24)] {
+            let mut seen = ack(2000);
+            scan_options(&opts, len, &mut seen);
+            assert_eq!(
+                seen,
+                AckSeen {
+                    unknown_option: true,
+                    ..ack(2000)
+                },
+                "nothing read from the options"
+            );
+            let mut st = state(1000);
+            record(&mut st, &seen, true);
+            assert!(!st.told(SackBlock {
+                start: 11_000,
+                end: 12_000
+            }));
+        }
     }
 
     #[test]

@@ -108,25 +108,24 @@ pub fn parse_rate(text: &str) -> Result<u64, RateError> {
     if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
         return Err(RateError::Malformed);
     }
-    // value = (int_part . frac_part) * multiplier, computed as an exact fraction.
-    let mut numerator: u128 = 0;
-    let mut denominator: u128 = 1;
-    for digit in int_part.bytes().chain(frac_part.bytes()) {
-        numerator = numerator
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(u128::from(digit - b'0')))
-            .ok_or(RateError::TooHigh)?;
-    }
-    for _ in 0..frac_part.len() {
-        denominator = denominator.checked_mul(10).ok_or(RateError::Malformed)?;
-    }
-    let bits = numerator
-        .checked_mul(u128::from(multiplier))
-        .ok_or(RateError::TooHigh)?
-        / denominator;
-    if numerator == 0 {
+    if number.bytes().all(|b| b == b'0' || b == b'.') {
         return Err(RateError::Zero);
     }
+    // bits = ⌊int_part.frac_part × multiplier⌋, exact for any number of digits: the integer
+    // part times the multiplier, plus the fraction's share, which long multiplication from its
+    // last digit up carries into the units (the carry never exceeds the multiplier).
+    let mut whole: u64 = 0;
+    for digit in int_part.bytes() {
+        whole = whole * 10 + u64::from(digit - b'0');
+        if whole > MAX_RATE_BPS {
+            return Err(RateError::TooHigh);
+        }
+    }
+    let mut fraction_bits: u64 = 0;
+    for digit in frac_part.bytes().rev() {
+        fraction_bits = (u64::from(digit - b'0') * multiplier + fraction_bits) / 10;
+    }
+    let bits = u128::from(whole) * u128::from(multiplier) + u128::from(fraction_bits);
     if bits < u128::from(MIN_RATE_BPS) {
         return Err(RateError::TooLow);
     }
@@ -178,7 +177,7 @@ impl core::fmt::Display for DisplayRate {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use std::string::ToString;
+    use std::{format, string::ToString};
 
     use super::*;
 
@@ -229,6 +228,27 @@ mod tests {
         assert_eq!(
             parse_rate("99999999999999999999999999999999999999999999gbit"),
             Err(RateError::TooHigh)
+        );
+    }
+
+    #[test]
+    fn any_number_of_digits_reads_exactly() {
+        // 39 zeros after the point once overflowed the 128-bit fraction: 2 bit/s read as too
+        // high, 0.0… as malformed.
+        let zeros = "000000000000000000000000000000000000000";
+        assert_eq!(parse_rate(&format!("2.{zeros}")), Err(RateError::TooLow));
+        assert_eq!(parse_rate(&format!("1.{zeros}mbit")), Ok(1_000_000));
+        assert_eq!(parse_rate(&format!("0.{zeros}gbit")), Err(RateError::Zero));
+        assert_eq!(parse_rate(&format!("{zeros}1.5kbit")), Ok(1_500));
+        assert_eq!(parse_rate(&format!("1.5{zeros}1kibit")), Ok(1_536));
+        // The fraction is floored, not rounded, whatever its length.
+        assert_eq!(
+            parse_rate("1.99999999999999999999999999999999999999999999kbit"),
+            Ok(1_999)
+        );
+        assert_eq!(
+            parse_rate("0.0000000000000000000000000000000000000001tbit"),
+            Err(RateError::TooLow)
         );
     }
 

@@ -68,6 +68,14 @@ pub struct FileConfig {
     pub state: StateFile,
 }
 
+impl FileConfig {
+    /// Reads a config file's text (only its syntax and types; [`Settings::resolve_with`]
+    /// validates the values).
+    pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
 /// `[state]`: how hosts are defined and how much state the data path may keep.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -242,6 +250,11 @@ impl Settings {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        Self::resolve_with(cli, file_config)
+    }
+
+    /// [`Settings::resolve`] with the file already read (or none: `FileConfig::default()`).
+    pub fn resolve_with(cli: CliConfig, file_config: FileConfig) -> Result<Self, ConfigError> {
         let iface = cli
             .iface
             .or(file_config.iface)
@@ -476,7 +489,7 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.display().to_string(),
         source,
     })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+    FileConfig::parse(&text).map_err(|e| ConfigError::Parse {
         path: path.display().to_string(),
         message: e.to_string(),
     })

@@ -1,7 +1,7 @@
 //! Installs what the project needs on a fresh machine of this kind (Debian 12, rustup with a
 //! stable and a nightly toolchain): Debian packages, the nightly's `rust-src`, the musl target,
-//! and bpf-linker built against the nightly's own libLLVM. Idempotent and quick when everything
-//! is present; every task calls it first.
+//! bpf-linker built against the nightly's own libLLVM, and cargo-fuzz. Idempotent and quick when
+//! everything is present; every task calls it first.
 
 use std::{path::PathBuf, process::Command};
 
@@ -30,6 +30,8 @@ const PACKAGES: &[&str] = &[
 const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 const NIGHTLY: &str = "nightly";
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Pinned, as bpf-linker is: `cargo xtask fuzz` builds the targets with it on the nightly.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 #[derive(clap::Args)]
 pub struct Options {}
@@ -41,7 +43,8 @@ pub fn run(_o: &Options) -> Result<()> {
 pub fn ensure() -> Result<()> {
     ensure_packages()?;
     ensure_rust()?;
-    ensure_bpf_linker()
+    ensure_bpf_linker()?;
+    ensure_cargo_fuzz()
 }
 
 fn installed(package: &str) -> bool {
@@ -172,4 +175,25 @@ fn ensure_bpf_linker() -> Result<()> {
             .env("LLVM_PREFIX", &prefix),
     )
     .context("building bpf-linker")
+}
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let version = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if version.split_whitespace().any(|w| w == CARGO_FUZZ_VERSION) {
+        return Ok(());
+    }
+    println!("bootstrap: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
+    run_status(Command::new("cargo").args([
+        "install",
+        "--force",
+        "--locked",
+        "cargo-fuzz",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ]))
+    .context("installing cargo-fuzz")
 }

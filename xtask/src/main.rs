@@ -5,6 +5,7 @@ mod bootstrap;
 mod cpio;
 mod demo;
 mod dist;
+mod fuzz;
 mod initramfs;
 mod kernel;
 mod lab;
@@ -36,6 +37,8 @@ enum Task {
     Vm(vm::Options),
     /// Run the whole test suite: unit, BPF (BPF_PROG_TEST_RUN) and VM end-to-end tests.
     Test(test::Options),
+    /// Fuzz the parsers (rates, durations, sizes, the config file, TCP options, DSCPs).
+    Fuzz(fuzz::Options),
     /// Shape a link in the VM and print the measured rate unshaped vs shaped.
     Demo(demo::Options),
     /// Run scenarios against shaper, CAKE and no shaping; write results and reports.
@@ -48,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         Task::Dist(o) => dist::run(&o).map(|_| ()),
         Task::Vm(o) => vm::run_cli(&o),
         Task::Test(o) => test::run(&o),
+        Task::Fuzz(o) => fuzz::run(&o),
         Task::Demo(o) => demo::run(&o),
         Task::Lab(o) => lab::run(&o),
     }

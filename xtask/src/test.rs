@@ -2,10 +2,11 @@
 //!
 //! 1. Unit tests and BPF tests (`cargo test`): pure functions on the host, and the data path
 //!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root).
-//! 2. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
+//! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer).
+//! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
 //!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
 //!    so one failure cannot mask another.
-//! 3. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
+//! 4. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
 //!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
 //!
 //! Ends with a `N passed, M failed` line and a non-zero exit if anything failed.
@@ -15,9 +16,12 @@ use std::{process::Command, time::Instant};
 use anyhow::Result;
 
 use crate::{
-    bootstrap, lab,
+    bootstrap, fuzz, lab,
     vm::{self, Kernel, VmSpec},
 };
+
+/// Seconds each fuzz target runs: enough to pass every seed and reach its shallow bugs again.
+const FUZZ_SECONDS: u64 = 20;
 
 /// The VM end-to-end scripts, run on every kernel.
 const VM_SCRIPTS: &[&str] = &[
@@ -72,6 +76,21 @@ pub fn run(o: &Options) -> Result<()> {
         "unit and BPF_PROG_TEST_RUN tests".into(),
         started,
         status.success(),
+    );
+
+    println!("== fuzz targets ({FUZZ_SECONDS} s each)");
+    let started = Instant::now();
+    let passed = match fuzz::run_targets(&[], FUZZ_SECONDS) {
+        Ok(outcomes) => outcomes.iter().all(|o| o.crash.is_none()),
+        Err(e) => {
+            eprintln!("{e:#}");
+            false
+        }
+    };
+    record(
+        format!("fuzz targets, {FUZZ_SECONDS} s each"),
+        started,
+        passed,
     );
 
     if !o.no_vm {

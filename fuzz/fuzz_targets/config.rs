@@ -1,0 +1,159 @@
+//! The TOML config file: `FileConfig::parse`, then `Settings::resolve_with`.
+//!
+//! - Any text is read or refused with an error, never a panic.
+//! - Settings that resolve are within the documented bounds, the ingress direction has the
+//!   egress policy at its own rate (no ACK filter), and the data path's configuration is
+//!   computed from them without overflow and agrees with them.
+//! - The settings written back as a config file resolve to the same settings.
+//! - The command line wins: the same file with `--iface` and `--rate` given differs only there
+//!   (and in fq's limits, which follow the rate).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use shaper::config::{CliConfig, FileConfig, Settings};
+use shaper_common::{
+    ackfilter::AckFilter,
+    aqm,
+    rate::{MAX_RATE_BPS, MIN_RATE_BPS},
+};
+use toml::{Table, Value};
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+fn check_bounds(s: &Settings) {
+    assert!((MIN_RATE_BPS..=MAX_RATE_BPS).contains(&s.rate_bps));
+    assert!((1_000_000..=HOUR_NS).contains(&s.horizon_ns));
+    assert!((-64..=256).contains(&s.overhead_bytes));
+    assert!(s.mpu_bytes <= 1_500);
+    assert!((1..=1_000_000).contains(&s.fq.limit_packets));
+    assert!((1..=1_000_000).contains(&s.fq.flow_limit_packets));
+    assert_eq!(u64::from(s.fq.horizon_us), s.horizon_ns / 1_000 + 1_000_000);
+    assert!((1_000..=HOUR_NS).contains(&s.rtt_ns));
+    let st = s.state;
+    assert!((1..=32).contains(&st.host_prefix_v4));
+    assert!((1..=128).contains(&st.host_prefix_v6));
+    assert!((1_024..=1 << 24).contains(&st.max_flows));
+    assert!((16..=1 << 22).contains(&st.max_hosts));
+    assert!(st.flow_quota <= 1 << 24);
+    assert_eq!(s.segmenter, s.split_gso);
+    assert!(s.describe().starts_with(&s.iface));
+
+    for (frame, largest) in [(1_514, 65_536), (1_514, 3_028), (9_014, 589_824), (82, 164)] {
+        let c = s.datapath_config(frame, largest);
+        assert_eq!(c.rate_bps, s.rate_bps);
+        assert_eq!(c.tins as usize, s.diffserv.tins().len());
+        assert_eq!(c.tin_of_dscp, s.diffserv.table());
+        assert_eq!(c.fwmark_mask, s.fwmark_mask);
+        assert!(s.fwmark_mask == 0 || s.fwmark_mask >> c.fwmark_shift & 1 == 1);
+        assert_eq!(c.ack_filter, s.ack_filter as u32);
+        assert_eq!(c.aqm.flags & aqm::flags::ECN != 0, s.ecn);
+    }
+
+    if let Some(ingress) = &s.ingress {
+        assert!(ingress.ingress.is_none());
+        assert_eq!(ingress.ack_filter, AckFilter::Off);
+        let as_egress = Settings {
+            rate_bps: s.rate_bps,
+            fq: s.fq,
+            ack_filter: s.ack_filter,
+            ingress: s.ingress.clone(),
+            ..(**ingress).clone()
+        };
+        assert_eq!(&as_egress, s, "ingress has the egress policy");
+        check_bounds(ingress);
+        let on_ifb = s.for_ingress("ifb4x").expect("an ingress direction");
+        assert!(!on_ifb.segmenter && on_ifb.iface == "ifb4x");
+    }
+}
+
+/// The settings as a config file (fq's limits as the original file gave them: unset, they
+/// follow each direction's rate).
+fn render(s: &Settings, file: &FileConfig) -> String {
+    let mut t = Table::new();
+    let mut put = |key: &str, value: Value| t.insert(key.into(), value);
+    put("iface", s.iface.clone().into());
+    put("rate", format!("{}bit", s.rate_bps).into());
+    if let Some(ingress) = &s.ingress {
+        put("ingress-rate", format!("{}bit", ingress.rate_bps).into());
+    }
+    put("horizon", format!("{}ns", s.horizon_ns).into());
+    put("overhead", i64::from(s.overhead_bytes).into());
+    put("mpu", i64::from(s.mpu_bytes).into());
+    put("isolation", s.isolation.name().into());
+    put("rtt", format!("{}ns", s.rtt_ns).into());
+    put("ecn", s.ecn.into());
+    put("split-gso", s.split_gso.into());
+    put("diffserv", s.diffserv.name().into());
+    put("wash", s.wash.into());
+    if s.fwmark_mask != 0 {
+        put("fwmark", format!("{:#x}", s.fwmark_mask).into());
+    }
+    put("ack-filter", s.ack_filter.name().into());
+    let mut fq = Table::new();
+    for (key, value) in [("limit", file.fq.limit), ("flow-limit", file.fq.flow_limit)] {
+        if let Some(v) = value {
+            fq.insert(key.into(), i64::from(v).into());
+        }
+    }
+    t.insert("fq".into(), fq.into());
+    let st = s.state;
+    let state: Table = [
+        ("host-prefix-v4", st.host_prefix_v4),
+        ("host-prefix-v6", st.host_prefix_v6),
+        ("max-flows", st.max_flows),
+        ("max-hosts", st.max_hosts),
+        ("flow-quota", st.flow_quota),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), Value::from(i64::from(v))))
+    .collect();
+    t.insert("state".into(), state.into());
+    toml::to_string(&t).expect("a table of strings, integers and booleans")
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(file) = FileConfig::parse(text) else {
+        return;
+    };
+    let fq_file = FileConfig {
+        fq: shaper::config::FqFile {
+            limit: file.fq.limit,
+            flow_limit: file.fq.flow_limit,
+        },
+        ..Default::default()
+    };
+    let own = Settings::resolve_with(CliConfig::default(), file);
+    let cli = CliConfig {
+        iface: Some("cli0".into()),
+        rate: Some("1gbit".into()),
+        ..Default::default()
+    };
+    let overridden =
+        Settings::resolve_with(cli, FileConfig::parse(text).expect("parsed just before"));
+    if let Ok(s) = &overridden {
+        check_bounds(s);
+        assert_eq!((s.iface.as_str(), s.rate_bps), ("cli0", 1_000_000_000));
+    }
+    let Ok(s) = own else {
+        return;
+    };
+    check_bounds(&s);
+
+    let written = render(&s, &fq_file);
+    let again = FileConfig::parse(&written)
+        .map_err(|e| e.to_string())
+        .and_then(|f| Settings::resolve_with(CliConfig::default(), f).map_err(|e| e.to_string()));
+    assert_eq!(again.as_ref(), Ok(&s), "{text:?} written as {written:?}");
+
+    let mut o = overridden.expect("the file resolves alone, so with the command line too");
+    o.iface = s.iface.clone();
+    o.rate_bps = s.rate_bps;
+    o.fq = s.fq;
+    if let (Some(oi), Some(si)) = (o.ingress.as_mut(), s.ingress.as_ref()) {
+        oi.iface = si.iface.clone();
+    }
+    assert_eq!(o, s);
+});
