@@ -1,10 +1,12 @@
 //! Test support: crafted packets and `__sk_buff` contexts for BPF_PROG_TEST_RUN, and a handle
 //! on a freshly loaded data path.
 
+pub mod fuzz;
+pub mod oracle;
 pub mod packet;
 pub mod skb;
 
-use aya::programs::{TestRun, TestRunOptions};
+use aya::programs::{ProgramError, TestRun, TestRunOptions};
 use shaper::{
     bpf::{Datapath, DatapathView},
     config::StateParams,
@@ -92,36 +94,58 @@ impl Harness {
         ctx: &skb::SkbContext,
         repeat: u32,
     ) -> (Outcome, f64) {
+        self.test_run(name, packet, ctx, repeat)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "BPF_PROG_TEST_RUN of {name} on a {}-byte frame, ctx {ctx:?}: {e}",
+                    packet.len()
+                )
+            })
+    }
+
+    /// Runs the program `name` (`program_names`) once. `Err` when the kernel refused the run
+    /// (BPF_PROG_TEST_RUN failed): a program cannot make it fail, its input can.
+    pub fn try_run_program(
+        &mut self,
+        name: &'static str,
+        packet: &[u8],
+        ctx: &skb::SkbContext,
+    ) -> Result<Outcome, ProgramError> {
+        self.test_run(name, packet, ctx, 1)
+            .map(|(outcome, _)| outcome)
+    }
+
+    fn test_run(
+        &mut self,
+        name: &'static str,
+        packet: &[u8],
+        ctx: &skb::SkbContext,
+        repeat: u32,
+    ) -> Result<(Outcome, f64), ProgramError> {
         let mut data_out = vec![0u8; packet.len() + 256];
         let mut ctx_out = skb::SkbContext::default();
-        let result = {
-            let program = self.datapath.program(name).expect("a loaded program");
-            program
-                .test_run(TestRunOptions {
-                    data_in: Some(packet),
-                    data_out: Some(&mut data_out),
-                    ctx_in: Some(ctx.as_bytes()),
-                    ctx_out: Some(ctx_out.as_bytes_mut()),
-                    repeat,
-                    ..Default::default()
-                })
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "BPF_PROG_TEST_RUN of {name} on a {}-byte frame, ctx {ctx:?}: {e}",
-                        packet.len()
-                    )
-                })
-        };
+        let program = self
+            .datapath
+            .program(name)
+            .unwrap_or_else(|e| panic!("program {name}: {e}"));
+        let result = program.test_run(TestRunOptions {
+            data_in: Some(packet),
+            data_out: Some(&mut data_out),
+            ctx_in: Some(ctx.as_bytes()),
+            ctx_out: Some(ctx_out.as_bytes_mut()),
+            repeat,
+            ..Default::default()
+        })?;
         data_out.truncate(result.data_size_out as usize);
         let per_run_ns = result.duration.as_nanos() as f64;
-        (
+        Ok((
             Outcome {
                 verdict: result.return_value,
                 ctx: ctx_out,
                 data: data_out,
             },
             per_run_ns,
-        )
+        ))
     }
 
     pub fn view(&self) -> DatapathView {

@@ -5,10 +5,14 @@ const SIZE: usize = 192;
 const OFF_MARK: usize = 8;
 const OFF_PRIORITY: usize = 32;
 const OFF_INGRESS_IFINDEX: usize = 36;
+const OFF_CB: usize = 48;
 const OFF_TSTAMP: usize = 152;
 const OFF_WIRE_LEN: usize = 160;
 const OFF_GSO_SEGS: usize = 164;
 const OFF_GSO_SIZE: usize = 176;
+const OFF_HWTSTAMP: usize = 184;
+/// Words of the control block (`cb[5]`, qdisc_skb_cb's private area).
+pub const CB_WORDS: usize = 5;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(8))]
@@ -26,6 +30,11 @@ impl std::fmt::Debug for SkbContext {
             .field("tstamp", &self.tstamp())
             .field("wire_len", &self.wire_len())
             .field("gso_segs", &self.gso_segs())
+            .field("gso_size", &self.gso_size())
+            .field("mark", &self.mark())
+            .field("priority", &self.priority())
+            .field("ingress_ifindex", &self.ingress_ifindex())
+            .field("cb", &self.cb())
             .finish()
     }
 }
@@ -37,15 +46,21 @@ impl SkbContext {
     fn set_u32(&mut self, off: usize, v: u32) {
         self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
     }
+    fn set_u64(&mut self, off: usize, v: u64) {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
 
     pub fn tstamp(&self) -> u64 {
         u64::from_ne_bytes(self.0[OFF_TSTAMP..OFF_TSTAMP + 8].try_into().unwrap())
     }
     pub fn with_tstamp(mut self, ns: u64) -> Self {
-        self.0[OFF_TSTAMP..OFF_TSTAMP + 8].copy_from_slice(&ns.to_ne_bytes());
+        self.set_u64(OFF_TSTAMP, ns);
         self
     }
     /// `skb->mark` (the fwmark).
+    pub fn mark(&self) -> u32 {
+        self.get_u32(OFF_MARK)
+    }
     pub fn with_mark(mut self, mark: u32) -> Self {
         self.set_u32(OFF_MARK, mark);
         self
@@ -54,17 +69,43 @@ impl SkbContext {
     pub fn priority(&self) -> u32 {
         self.get_u32(OFF_PRIORITY)
     }
+    pub fn with_priority(mut self, priority: u32) -> Self {
+        self.set_u32(OFF_PRIORITY, priority);
+        self
+    }
+    /// The control block: what the stack (or a test) left there, and the words the data path
+    /// uses to hand flags from one of its programs to the next.
+    pub fn cb(&self) -> [u32; CB_WORDS] {
+        std::array::from_fn(|i| self.get_u32(OFF_CB + 4 * i))
+    }
+    pub fn with_cb(mut self, words: [u32; CB_WORDS]) -> Self {
+        for (i, w) in words.into_iter().enumerate() {
+            self.set_u32(OFF_CB + 4 * i, w);
+        }
+        self
+    }
+    /// The NIC's receive timestamp (`skb_shinfo(skb)->hwtstamps`); the data path never reads it.
+    pub fn with_hwtstamp(mut self, ns: u64) -> Self {
+        self.set_u64(OFF_HWTSTAMP, ns);
+        self
+    }
     /// `skb->skb_iif`: the device the packet came in by (a forwarded packet's), or the IFB
     /// that handed it back.
     pub fn with_ingress_ifindex(mut self, ifindex: u32) -> Self {
         self.set_u32(OFF_INGRESS_IFINDEX, ifindex);
         self
     }
+    pub fn ingress_ifindex(&self) -> u32 {
+        self.get_u32(OFF_INGRESS_IFINDEX)
+    }
     pub fn wire_len(&self) -> u32 {
         self.get_u32(OFF_WIRE_LEN)
     }
     pub fn gso_segs(&self) -> u32 {
         self.get_u32(OFF_GSO_SEGS)
+    }
+    pub fn gso_size(&self) -> u32 {
+        self.get_u32(OFF_GSO_SIZE)
     }
     /// A GSO super-packet: `segs` segments of `size` payload bytes, and the length the qdisc
     /// layer would account (`wire_len`: one copy of the headers per segment).

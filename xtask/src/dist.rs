@@ -1,20 +1,35 @@
-//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader; and the
-//! lab's `lab-probe`, built the same way for the VM.
+//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader; and, built
+//! the same way for the VM, the lab's `lab-probe` and the bad-input test.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{bootstrap, run_status, workspace_root};
+use crate::{bootstrap, workspace_root};
 
 pub const TARGET: &str = "x86_64-unknown-linux-musl";
 
-#[derive(clap::Args)]
-pub struct Options {}
+/// The bad-input test's static build, as the VM scripts find it (tests/vm/bpf-fuzz.sh).
+pub const BPF_FUZZ_BINARY: &str = "bpf-fuzz";
 
-pub fn run(_o: &Options) -> Result<PathBuf> {
+#[derive(clap::Args)]
+pub struct Options {
+    /// Build the bad-input test (tests/tests/bad_input.rs: BPF_PROG_TEST_RUN on random and
+    /// mutated frames) instead, for `cargo xtask vm --file PATH -- tests/vm/bpf-fuzz.sh`.
+    #[arg(long)]
+    pub bpf_fuzz: bool,
+}
+
+pub fn run(o: &Options) -> Result<PathBuf> {
     bootstrap::ensure()?;
-    let path = build()?;
+    let path = if o.bpf_fuzz {
+        build_bpf_fuzz()?
+    } else {
+        build()?
+    };
     println!("{}", path.display());
     Ok(path)
 }
@@ -32,22 +47,61 @@ pub fn build_lab_probe() -> Result<PathBuf> {
 /// Builds PACKAGE's binary of the same name for the static musl target and checks that it
 /// needs no dynamic loader: the VM and scratch containers have none.
 fn build_static(package: &str) -> Result<PathBuf> {
-    let root = workspace_root();
-    run_status(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--quiet",
-        "--release",
-        "--target",
-        TARGET,
-        "-p",
-        package,
-    ]))
-    .with_context(|| format!("building the static {package} binary"))?;
-    let path = root
-        .join("target")
-        .join(TARGET)
-        .join("release")
-        .join(package);
+    cargo_static(&["build", "-p", package], package)
+        .with_context(|| format!("building the static {package} binary"))
+}
+
+/// The bad-input test as a static binary, copied to [`BPF_FUZZ_BINARY`] beside the release
+/// binaries: cargo names a test binary by a hash, and the VM copies files in by name.
+pub fn build_bpf_fuzz() -> Result<PathBuf> {
+    let built = cargo_static(
+        &[
+            "test",
+            "-p",
+            "shaper-tests",
+            "--test",
+            "bad_input",
+            "--no-run",
+        ],
+        "bad_input",
+    )
+    .context("building the static bad-input test")?;
+    let path = built
+        .parent()
+        .and_then(Path::parent)
+        .context("a test binary outside cargo's deps directory")?
+        .join(BPF_FUZZ_BINARY);
+    std::fs::copy(&built, &path)
+        .with_context(|| format!("copying {} to {}", built.display(), path.display()))?;
+    Ok(path)
+}
+
+/// Runs `cargo ARGS` for the static musl target in release mode and returns the executable it
+/// built for the target named `name`, where cargo says it put it (`CARGO_TARGET_DIR` moves
+/// it), once checked to be static.
+fn cargo_static(args: &[&str], name: &str) -> Result<PathBuf> {
+    let out = Command::new("cargo")
+        .current_dir(workspace_root())
+        .args(args)
+        .args([
+            "--quiet",
+            "--release",
+            "--target",
+            TARGET,
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    if !out.status.success() {
+        bail!("cargo {} failed ({})", args.join(" "), out.status);
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .with_context(|| format!("cargo built no executable named {name}"))?;
     let elf = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     if has_interpreter(&elf)? {
         bail!(
