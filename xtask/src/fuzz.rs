@@ -32,10 +32,16 @@ pub struct Outcome {
     pub target: String,
     pub runs: u64,
     pub seconds: f64,
+    /// CPU time the fuzzer used: below `seconds` when the machine is shared, or when it was
+    /// stopped for a while (the time limit is wall-clock).
+    pub cpu_seconds: f64,
     /// Inputs in its corpus at the end (seeds included).
     pub corpus: u64,
     /// The input that crashed it, if one did.
     pub crash: Option<String>,
+    /// It ended on a timeout that did not recur when its input ran alone: the fuzzer was
+    /// stopped or starved, and ran for less than it was given.
+    pub stalled: bool,
 }
 
 pub fn run(o: &Options) -> Result<()> {
@@ -118,6 +124,7 @@ fn run_target(
     }
     let output = fs::File::create(log)?;
     let started = Instant::now();
+    let cpu_before = children_cpu_seconds();
     let status = cmd
         .stdin(Stdio::null())
         .stdout(output.try_clone()?)
@@ -125,29 +132,39 @@ fn run_target(
         .status()
         .with_context(|| format!("cannot run cargo fuzz for {target}"))?;
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_seconds = children_cpu_seconds() - cpu_before;
     let text = fs::read_to_string(log).unwrap_or_default();
-    let crash = if status.success() {
-        None
-    } else {
-        // What failed: the panic's message, or libFuzzer's last words (a timeout, memory).
-        let lines: Vec<_> = text.lines().collect();
-        let from = lines
-            .iter()
-            .position(|l| l.contains("panicked at"))
-            .unwrap_or(lines.len().saturating_sub(20));
-        for line in lines[from..]
-            .iter()
-            .take_while(|l| !l.starts_with("stack backtrace"))
-            .take(20)
-        {
-            eprintln!("  {line}");
+    let mut crash = (!status.success()).then(|| failing_input(&text, &status, log));
+    // libFuzzer times an input by the wall clock, so a fuzzer stopped or starved for a while
+    // on a shared machine blames whatever input it was running then. Such an input runs again
+    // alone before it fails the target: a real hang recurs.
+    let stalled = match crash.as_deref() {
+        Some(input) if is_timeout(input) => {
+            let recurs = !cargo_fuzz(root)
+                .args([
+                    "run",
+                    "--sanitizer",
+                    "none",
+                    target,
+                    input,
+                    "--",
+                    "-timeout=10",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?
+                .success();
+            if !recurs {
+                crash = None;
+            }
+            !recurs
         }
-        Some(
-            after(&text, "Test unit written to ")
-                .map(|path| path.trim().to_string())
-                .unwrap_or_else(|| format!("no input saved ({status}), see {}", log.display())),
-        )
+        _ => false,
     };
+    if crash.is_some() {
+        print_failure(&text);
+    }
     Ok(Outcome {
         target: target.to_string(),
         runs: after(&text, "stat::number_of_executed_units:")
@@ -157,11 +174,59 @@ fn run_target(
         seconds: after(&text, " runs in ")
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(elapsed),
+        cpu_seconds,
         corpus: after(&text, " corp: ")
             .and_then(|v| v.split('/').next()?.parse().ok())
             .unwrap_or(0),
         crash,
+        stalled,
     })
+}
+
+/// The input that made a target fail, as libFuzzer saved it.
+fn failing_input(text: &str, status: &std::process::ExitStatus, log: &Path) -> String {
+    after(text, "Test unit written to ")
+        .map(|path| path.trim().to_string())
+        .unwrap_or_else(|| format!("no input saved ({status}), see {}", log.display()))
+}
+
+/// Prints what made a target fail: the panic's message, or libFuzzer's own (a timeout, memory).
+fn print_failure(text: &str) {
+    let lines: Vec<_> = text.lines().collect();
+    let from = lines
+        .iter()
+        .position(|l| {
+            ["panicked at", "ALARM:", "ERROR: libFuzzer"]
+                .iter()
+                .any(|m| l.contains(m))
+        })
+        .unwrap_or(lines.len().saturating_sub(20));
+    for line in lines[from..]
+        .iter()
+        .take_while(|l| !l.starts_with("stack backtrace"))
+        .take(12)
+    {
+        eprintln!("  {line}");
+    }
+}
+
+fn is_timeout(input: &str) -> bool {
+    Path::new(input)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("timeout-"))
+}
+
+/// User and system time of the children this process has waited for, and of theirs (cargo
+/// waits for the fuzzer).
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// The rest of the last line of `text` that has `marker`, after it.
@@ -173,15 +238,17 @@ fn after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
 
 fn print_summary(o: &Outcome) {
     let verdict = match &o.crash {
-        None => "ok".to_string(),
         Some(input) => format!("CRASH: {input}"),
+        None if o.stalled => "ok, but stalled: a timeout that did not recur alone ended it".into(),
+        None => "ok".into(),
     };
     println!(
-        "fuzz {}: {} runs in {:.0} s ({:.0}/s), corpus {} inputs: {verdict}",
+        "fuzz {}: {} runs in {:.0} s ({:.0}/s; {:.0} s of CPU), corpus {} inputs: {verdict}",
         o.target,
         o.runs,
         o.seconds,
         o.runs as f64 / o.seconds.max(1e-9),
+        o.cpu_seconds,
         o.corpus,
     );
 }
