@@ -23,6 +23,7 @@ use shaper_common::{
 
 use crate::{
     config::StateParams,
+    filter::Hook,
     runtime::{AttachMode, MapIds},
 };
 
@@ -31,10 +32,18 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sh
 
 /// Priority of shaper's netlink filter (kernels without TCX): fixed, so that a filter left by a
 /// crashed run can be recognised.
-const NETLINK_PRIORITY: u16 = 0x5348;
+pub const NETLINK_PRIORITY: u16 = 0x5348;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
+    #[error(
+        "not enough memory for the BPF map {map} (max-flows {max_flows}, max-hosts {max_hosts}): raise the memory limit of shaper's cgroup (memory.max; RLIMIT_MEMLOCK on kernels before 5.11) or lower max-flows"
+    )]
+    OutOfMemory {
+        map: String,
+        max_flows: u32,
+        max_hosts: u32,
+    },
     #[error("loading the BPF object: {0}")]
     Load(#[from] aya::EbpfError),
     #[error("the kernel rejected the data path program: {0}")]
@@ -52,6 +61,22 @@ pub enum BpfError {
     Btf(#[from] crate::kernel_btf::BtfError),
     #[error("reading this process's network namespace: {0}")]
     Netns(std::io::Error),
+}
+
+/// A map the kernel could not allocate, named with what sizes it; other load errors as they are.
+fn out_of_memory(e: aya::EbpfError, state: &StateParams) -> BpfError {
+    match e {
+        aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error })
+            if matches!(io_error.raw_os_error(), Some(libc::ENOMEM | libc::EPERM)) =>
+        {
+            BpfError::OutOfMemory {
+                map: name,
+                max_flows: state.max_flows,
+                max_hosts: state.max_hosts,
+            }
+        }
+        e => BpfError::Load(e),
+    }
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
@@ -75,7 +100,8 @@ impl Datapath {
             .map_max_entries(map_names::FLOWS, state.max_flows)
             .map_max_entries(map_names::HOSTS, state.max_hosts)
             .map_max_entries(map_names::HOST_RATES, state.max_hosts)
-            .load(OBJECT)?;
+            .load(OBJECT)
+            .map_err(|e| out_of_memory(e, state))?;
         egress_program(&mut ebpf)?.load()?;
         install_tail_calls(&mut ebpf)?;
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
@@ -242,6 +268,38 @@ impl Datapath {
         program.load()?;
         program.attach("qdisc_dequeue")?;
         Ok(())
+    }
+
+    /// The kernel's id of an attached program: the egress scheduler, or (with the ACK filter)
+    /// the ingress observer; `None` when it is not attached.
+    pub fn attached_id(&self, hook: Hook) -> Result<Option<u32>, BpfError> {
+        let (attached, name) = match hook {
+            Hook::Egress => (self.link.is_some(), program_names::EGRESS),
+            Hook::Ingress => (self.ingress_link.is_some(), program_names::INGRESS),
+        };
+        if !attached {
+            return Ok(None);
+        }
+        Ok(Some(self.program(name)?.info()?.id()))
+    }
+
+    /// Attaches the program at `hook` again after someone else detached it. The old link is
+    /// dropped: its detach fails when what it named is already gone.
+    pub fn reattach(&mut self, hook: Hook, iface: &str, mode: AttachMode) -> Result<(), BpfError> {
+        match hook {
+            Hook::Egress => {
+                if let Some(link) = self.link.take() {
+                    let _ = self.egress()?.detach(link);
+                }
+                self.attach_egress(iface, mode)
+            }
+            Hook::Ingress => {
+                if let Some(link) = self.ingress_link.take() {
+                    let _ = classifier(&mut self.ebpf, program_names::INGRESS)?.detach(link);
+                }
+                self.attach_ingress(iface, mode)
+            }
+        }
     }
 
     /// Detaches the programs (new packets leave unshaped from here on).

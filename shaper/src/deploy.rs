@@ -9,11 +9,16 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use shaper_common::ackfilter::AckFilter;
+use shaper_common::{
+    ackfilter::AckFilter,
+    datapath::{ShaperConfig, program_names},
+};
 
 use crate::{
     bpf::{self, Datapath},
     config::Settings,
+    filter::Hook,
+    health::{self, Fault},
     ingress::IngressState,
     link::{GsoLimits, Interface, apply_limits, plan_limits, restore_limits},
     netlink::Socket,
@@ -50,6 +55,9 @@ const MAX_DRAIN: Duration = Duration::from_secs(3);
 
 pub struct Deployment {
     iface: Interface,
+    settings: Settings,
+    /// The frame size the data path's configuration was computed for.
+    frame_bytes: u32,
     datapath: Datapath,
     state: State,
     /// What a previous, crashed shaper had set up for the ingress direction (to clean up).
@@ -57,6 +65,8 @@ pub struct Deployment {
     segmenter: Option<Segmenter>,
     _lock: InterfaceLock,
     torn_down: bool,
+    /// The device went away: there is nothing left on it to restore.
+    gone: bool,
 }
 
 impl Deployment {
@@ -184,6 +194,8 @@ impl Deployment {
 
         let mut deployment = Self {
             iface,
+            settings: settings.clone(),
+            frame_bytes,
             datapath,
             state: State {
                 starting: false,
@@ -193,6 +205,7 @@ impl Deployment {
             segmenter: None,
             _lock: lock,
             torn_down: false,
+            gone: false,
         };
         // From here on, Drop undoes everything if writing the state fails.
         runtime::write_state(&deployment.iface, &deployment.state)?;
@@ -237,6 +250,11 @@ impl Deployment {
         &self.iface
     }
 
+    /// The settings this deployment was applied with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// The ingress set-up a crashed predecessor left, once (`ingress::Ingress::start` cleans it up).
     pub fn take_stale_ingress(&mut self) -> Option<IngressState> {
         self.stale_ingress.take()
@@ -269,6 +287,12 @@ impl Deployment {
         if let Some(seg) = self.segmenter.take() {
             seg.stop(&mut self.datapath);
         }
+        if self.gone {
+            // Its qdiscs, filters and links went with the device.
+            let _ = self.datapath.detach();
+            runtime::remove_state(&self.iface);
+            return Ok(());
+        }
         let detached = self.datapath.detach();
         self.drain();
         let mut sock = Socket::open()?;
@@ -288,6 +312,115 @@ impl Deployment {
         detached?;
         restored?;
         info!("{} restored", self.iface.name);
+        Ok(())
+    }
+
+    /// Checks that what shaper installed is still in place and puts back what someone else
+    /// changed (`health`). A device that went away is an error: the caller ends the run, and
+    /// teardown then removes what shaper had elsewhere (an IFB, the state file).
+    pub fn keep(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
+        if let Some(fault) = health::link_fault(&self.iface) {
+            self.gone = true;
+            anyhow::bail!("{}: {fault}", self.iface.name);
+        }
+        let frame_bytes = self.iface.frame_bytes(sock)?;
+        if frame_bytes != self.frame_bytes {
+            let fault = Fault::Mtu {
+                was: self.frame_bytes,
+                now: frame_bytes,
+            };
+            self.reconfigure(sock, frame_bytes)?;
+            repaired(&self.iface, &fault, "configuration recomputed");
+        }
+        let qdiscs = qdisc::list(sock, self.iface.ifindex)?;
+        if let Some(fault) = health::qdisc_fault(&qdiscs) {
+            let queues = self.iface.num_tx_queues(sock)?;
+            qdisc::install(
+                sock,
+                self.iface.ifindex,
+                &self.iface.name,
+                queues,
+                &self.settings.fq,
+            )?;
+            repaired(&self.iface, &fault, "fq re-installed");
+        }
+        for hook in [Hook::Egress, Hook::Ingress] {
+            let Some(id) = self.datapath.attached_id(hook)? else {
+                continue;
+            };
+            if health::is_attached(sock, &self.iface, self.state.attach, hook, id)? {
+                continue;
+            }
+            if self.state.attach == AttachMode::Netlink {
+                self.restore_clsact(sock)?;
+            }
+            self.datapath
+                .reattach(hook, &self.iface.name, self.state.attach)
+                .map_err(|source| DeployError::Attach {
+                    iface: self.iface.name.clone(),
+                    source: Box::new(source),
+                })?;
+            let program = match hook {
+                Hook::Egress => program_names::EGRESS,
+                Hook::Ingress => program_names::INGRESS,
+            };
+            repaired(&self.iface, &Fault::Detached { program }, "attached again");
+        }
+        self.keep_segmenter(sock)
+    }
+
+    /// Recomputes the data path's configuration for a new frame size, keeping the segmenter's
+    /// part of it.
+    fn reconfigure(&mut self, sock: &mut Socket, frame_bytes: u32) -> anyhow::Result<()> {
+        let limits = self.iface.gso_limits(sock).unwrap_or(GsoLimits::UNKNOWN);
+        let current = self.datapath.config();
+        let config = ShaperConfig {
+            split_gso_segs: current.split_gso_segs,
+            segmenter_ifindex: current.segmenter_ifindex,
+            ..self
+                .settings
+                .datapath_config(frame_bytes, limits.largest_packet_bytes(frame_bytes))
+        };
+        self.datapath.configure(&config)?;
+        self.frame_bytes = frame_bytes;
+        Ok(())
+    }
+
+    /// Puts clsact back for a netlink filter (someone deleted it, and shaper's filters with
+    /// it); recorded first, so that shaper removes what it added.
+    fn restore_clsact(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
+        if qdisc::ingress_slot(sock, self.iface.ifindex)?.as_deref() == Some("clsact") {
+            return Ok(());
+        }
+        self.state.clsact_added = true;
+        runtime::write_state(&self.iface, &self.state)?;
+        add_recorded_clsact(sock, &self.iface, &mut self.state.clsact_added)?;
+        Ok(())
+    }
+
+    /// The segmenter's filter is put back; a segmenter whose IFB is gone is started anew.
+    fn keep_segmenter(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
+        let Some(seg) = self.segmenter.as_mut() else {
+            return Ok(());
+        };
+        let Some(fault) = seg.fault(sock, &self.datapath)? else {
+            return Ok(());
+        };
+        if let Fault::Filter { .. } = fault {
+            let (iface, state) = (&self.iface, &mut self.state);
+            seg.restore_filter(sock, &self.datapath, &mut |seg| {
+                state.segmenter = Some(seg.clone());
+                runtime::write_state(iface, state).map_err(Into::into)
+            })?;
+            repaired(&self.iface, &fault, "filter added again");
+            return Ok(());
+        }
+        let split_segs = self.datapath.config().split_gso_segs;
+        if let Some(seg) = self.segmenter.take() {
+            seg.stop(&mut self.datapath);
+        }
+        self.start_segmenter(split_segs)?;
+        repaired(&self.iface, &fault, "segmenter started again");
         Ok(())
     }
 
@@ -312,6 +445,93 @@ impl Drop for Deployment {
             warn!("restoring {}: {e:#}", self.iface.name);
         }
     }
+}
+
+/// `shaper reset`: removes everything shaper installed on `iface`, whatever state it was left
+/// in. What a state file records is undone as a crashed run's successor would, restoring the
+/// qdiscs and limits from before shaper; without a record, what is recognisably shaper's (its
+/// root qdisc handle, its filters, its IFBs) is removed. Refused while a shaper runs there.
+/// Returns what was removed, for the report.
+pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
+    let _lock = InterfaceLock::acquire(iface)?;
+    let mut sock = Socket::open()?;
+    let mut done = Vec::new();
+    let recorded = runtime::read_state(iface)?;
+    if let Some(state) = &recorded {
+        if let Some(ingress) = &state.ingress {
+            crate::ingress::clean_stale(iface, ingress)?;
+            done.push(format!("the ingress redirect and {}", ingress.ifb));
+        }
+        if let Some(seg) = &state.segmenter {
+            segmenter::clean_stale(iface, seg)?;
+            done.push(format!("the segmenter and {}", seg.ifb));
+        }
+        bpf::remove_stale_filter(&iface.name);
+        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &state.original)?;
+        done.push("the root qdisc (the original put back)".into());
+        if state.clsact_added {
+            match qdisc::delete_clsact(&mut sock, iface.ifindex) {
+                Err(e) if e.errno() != Some(libc::ENOENT) && e.errno() != Some(libc::EINVAL) => {
+                    return Err(e.into());
+                }
+                _ => done.push("clsact".into()),
+            }
+        }
+        if state.original_gso.is_some() {
+            restore_limits(&mut sock, iface, state.original_gso);
+            done.push("the GSO limits (the original put back)".into());
+        }
+        runtime::remove_state(iface);
+        done.push("the state file".into());
+    }
+    // Without a record, or beyond it: what carries shaper's marks.
+    let filters = |sock: &mut Socket, hook| -> Result<Vec<_>, crate::netlink::NetlinkError> {
+        Ok(crate::filter::list(sock, iface.ifindex, hook)?
+            .into_iter()
+            .filter(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY))
+            .collect())
+    };
+    if !filters(&mut sock, Hook::Egress)?.is_empty()
+        || !filters(&mut sock, Hook::Ingress)?.is_empty()
+    {
+        bpf::remove_stale_filter(&iface.name);
+        done.push("shaper's programs".into());
+    }
+    for prefix in ["ifb4", "seg4"] {
+        let name = crate::link::ifb_name(prefix, iface);
+        if Interface::lookup(&name).is_ok_and(|ifb| ifb.kind(&mut sock).is_ok_and(|k| k == "ifb")) {
+            // Its redirect would send to a device that is about to go.
+            let hook = if prefix == "ifb4" {
+                Hook::Ingress
+            } else {
+                Hook::Egress
+            };
+            let kind = if prefix == "ifb4" { "matchall" } else { "bpf" };
+            let redirect = crate::filter::Filter {
+                ifindex: iface.ifindex,
+                hook,
+                kind,
+            };
+            if redirect.is_present(&mut sock, None)? {
+                redirect.remove(&mut sock, false)?;
+            }
+            crate::link::delete_leftover_ifb(&mut sock, &name);
+            done.push(name);
+        }
+    }
+    if qdisc::list(&mut sock, iface.ifindex)?
+        .iter()
+        .any(|q| q.parent == qdisc::TC_H_ROOT && q.is_shaper())
+    {
+        let default = Snapshot {
+            root: None,
+            leaves: Vec::new(),
+            clsact: false,
+        };
+        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &default)?;
+        done.push("shaper's root qdisc (the kernel's default put back)".into());
+    }
+    Ok(done)
 }
 
 pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
@@ -339,6 +559,10 @@ pub(crate) fn add_recorded_clsact(
     recorded: &mut bool,
 ) -> Result<(), DeployError> {
     ensure_clsact(sock, iface).inspect_err(|_| *recorded = false)
+}
+
+fn repaired(iface: &Interface, fault: &Fault, action: &str) {
+    warn!("{}: {fault} behind shaper's back; {action}", iface.name);
 }
 
 /// Best-effort undo of a partial `apply`.

@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::{
     netlink::{
-        Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_NEWTFILTER, Socket,
-        TCA_KIND, TCA_OPTIONS,
+        Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_GETTFILTER,
+        RTM_NEWTFILTER, Socket, TCA_KIND, TCA_OPTIONS, parse_attrs,
     },
     qdisc,
 };
@@ -24,6 +24,7 @@ const TCA_BPF_ACT: u16 = 1;
 const TCA_BPF_FD: u16 = 6;
 const TCA_BPF_NAME: u16 = 7;
 const TCA_BPF_FLAGS: u16 = 8;
+const TCA_BPF_ID: u16 = 11;
 const TCA_ACT_KIND: u16 = 1;
 const TCA_ACT_OPTIONS: u16 = 2;
 const TCA_MIRRED_PARMS: u16 = 2;
@@ -144,6 +145,74 @@ impl Filter {
         let mut body = self.tcmsg();
         body.extend_from_slice(&attrs.0);
         sock.request(RTM_DELTFILTER, 0, &body).map(drop)
+    }
+}
+
+/// A filter as the kernel lists it on a clsact hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub priority: u32,
+    pub kind: String,
+    /// The program of a `bpf` filter.
+    pub program_id: Option<u32>,
+}
+
+/// The filters on `ifindex`'s clsact `hook`; none when there is no clsact.
+pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, NetlinkError> {
+    let parent = match hook {
+        Hook::Ingress => CLSACT_INGRESS,
+        Hook::Egress => CLSACT_EGRESS,
+    };
+    let replies = match sock.dump(RTM_GETTFILTER, &qdisc::tcmsg_info(ifindex, 0, parent, 0)) {
+        Ok(r) => r,
+        // No clsact (or no device): no filters there.
+        Err(e) if matches!(e.errno(), Some(libc::EINVAL | libc::ENOENT)) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for reply in replies.iter().filter(|r| r.len() >= 20) {
+        let field = |at: usize| u32::from_ne_bytes(reply[at..at + 4].try_into().unwrap());
+        if field(4) != ifindex || field(12) != parent {
+            continue;
+        }
+        let mut listed = Listed {
+            priority: field(16) >> 16,
+            kind: String::new(),
+            program_id: None,
+        };
+        for (kind, _, value) in parse_attrs(&reply[20..]) {
+            match kind {
+                TCA_KIND => {
+                    listed.kind = String::from_utf8_lossy(value).trim_end_matches('\0').into()
+                }
+                TCA_OPTIONS => {
+                    listed.program_id = parse_attrs(value)
+                        .find(|(k, _, v)| *k == TCA_BPF_ID && v.len() == 4)
+                        .map(|(_, _, v)| u32::from_ne_bytes(v.try_into().unwrap()));
+                }
+                _ => {}
+            }
+        }
+        // The kernel lists a filter chain's head (no kind) before its filters.
+        if !listed.kind.is_empty() {
+            out.push(listed);
+        }
+    }
+    Ok(out)
+}
+
+impl Filter {
+    /// Whether this filter is on its hook (with `program_id`, running that program).
+    pub fn is_present(
+        &self,
+        sock: &mut Socket,
+        program_id: Option<u32>,
+    ) -> Result<bool, NetlinkError> {
+        Ok(list(sock, self.ifindex, self.hook)?.iter().any(|f| {
+            f.priority == LAST_PRIORITY
+                && f.kind == self.kind
+                && (program_id.is_none() || f.program_id == program_id)
+        }))
     }
 }
 

@@ -18,6 +18,7 @@ use crate::{
     config::Settings,
     deploy::{self, Deployment},
     filter::{Filter, Hook, Matcher},
+    health::Fault,
     link::{self, GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
     netlink::{NetlinkError, Socket},
     qdisc,
@@ -124,7 +125,6 @@ impl Ingress {
                 source,
             }
         })?;
-        let ifb_index = ifb.ifindex;
         let deployment = match Deployment::apply(&settings, ifb.clone()) {
             Ok(d) => d,
             Err(e) => {
@@ -154,13 +154,7 @@ impl Ingress {
         if add_clsact {
             deploy::add_recorded_clsact(&mut sock, iface, &mut ingress.state.clsact_added)?;
         }
-        redirect(iface)
-            .add_redirect(&mut sock, Matcher::All, ifb_index)
-            .map_err(|source| IngressError::Redirect {
-                iface: iface.name.clone(),
-                ifb: name.clone(),
-                source,
-            })?;
+        add_redirect(&mut sock, iface, &ifb)?;
         if let Some(plan) = gro {
             apply_limits(&mut sock, iface, plan);
         }
@@ -169,6 +163,34 @@ impl Ingress {
             iface.name
         );
         Ok(ingress)
+    }
+
+    /// Checks the redirect and the IFB's own deployment (`Deployment::keep`), putting back
+    /// what someone else removed; a change to the recorded set-up goes to `record` first.
+    pub fn keep(
+        &mut self,
+        sock: &mut Socket,
+        record: &mut dyn FnMut(&IngressState) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let deployment = self.deployment.as_mut().expect("present until teardown");
+        deployment.keep(sock)?;
+        if redirect(&self.iface).is_present(sock, None)? {
+            return Ok(());
+        }
+        if qdisc::ingress_slot(sock, self.iface.ifindex)?.as_deref() != Some("clsact") {
+            self.state.clsact_added = true;
+            record(&self.state)?;
+            deploy::add_recorded_clsact(sock, &self.iface, &mut self.state.clsact_added)?;
+        }
+        add_redirect(sock, &self.iface, deployment.iface())?;
+        warn!(
+            "{}: {} behind shaper's back; added again",
+            self.iface.name,
+            Fault::Filter {
+                what: "the ingress redirect"
+            }
+        );
+        Ok(())
     }
 
     /// The ingress direction's settings (its rate; the IFB as its interface).
@@ -213,11 +235,22 @@ impl Drop for Ingress {
 
 /// Undoes a crashed shaper's ingress set-up: its redirect, its IFB (with its state file). Its
 /// original GRO limits are restored here; `Ingress::apply` takes them as its baseline.
-fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
+pub(crate) fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     restore_limits(sock, iface, stale.original_gro);
     let _ = redirect(iface).remove(sock, stale.clsact_added);
     link::delete_leftover_ifb(sock, &stale.ifb);
+    Ok(())
+}
+
+fn add_redirect(sock: &mut Socket, iface: &Interface, ifb: &Interface) -> anyhow::Result<()> {
+    redirect(iface)
+        .add_redirect(sock, Matcher::All, ifb.ifindex)
+        .map_err(|source| IngressError::Redirect {
+            iface: iface.name.clone(),
+            ifb: ifb.name.clone(),
+            source,
+        })?;
     Ok(())
 }
 

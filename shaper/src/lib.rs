@@ -9,6 +9,7 @@ pub mod cost;
 pub mod deploy;
 pub mod fairness;
 pub mod filter;
+pub mod health;
 pub mod ingress;
 pub mod kernel_btf;
 pub mod link;

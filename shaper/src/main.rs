@@ -17,6 +17,9 @@ enum Command {
     Run(Box<cmd::run::RunArgs>),
     /// Show the counters of the shaper running on an interface.
     Stats(cmd::stats::StatsArgs),
+    /// Remove everything shaper installed on an interface (e.g. after `kill -9`), putting back
+    /// what was there before it when that is on record.
+    Reset(cmd::reset::ResetArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Run(args) => cmd::run::run(*args),
         Command::Stats(args) => cmd::stats::run(args),
+        Command::Reset(args) => cmd::reset::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

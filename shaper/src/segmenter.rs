@@ -24,6 +24,7 @@ use crate::{
     bpf::Datapath,
     deploy,
     filter::{Filter, Hook, Matcher},
+    health::{self, Fault},
     link::{self, GsoLimits, Interface, LinkError},
     netlink::{NetlinkError, Socket},
     qdisc,
@@ -124,27 +125,54 @@ impl Segmenter {
                 max_segs: 1,
             },
         )?;
-        if qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact") {
-            segmenter.state.clsact_added = true;
-            record(&segmenter.state)?;
-            deploy::add_recorded_clsact(&mut sock, iface, &mut segmenter.state.clsact_added)?;
-        }
-        let program = Matcher::Program {
-            fd: datapath.segment_program()?,
-            name: program_names::SEGMENT,
-        };
-        filter(iface)
-            .add_redirect(&mut sock, program, segmenter.ifb.ifindex)
-            .map_err(|source| SegmenterError::Filter {
-                iface: iface.name.clone(),
-                source,
-            })?;
+        segmenter.restore_filter(&mut sock, datapath, record)?;
         datapath.set_segmenter(Some((split_segs, segmenter.ifb.ifindex)))?;
         info!(
             "{}: GSO packets of more than {split_segs} segments are split on {} before shaping",
             iface.name, segmenter.ifb.name
         );
         Ok(segmenter)
+    }
+
+    /// Adds the filter that sends the data path's verdicts to the IFB (and clsact for it when
+    /// the interface has none, recorded first).
+    pub fn restore_filter(
+        &mut self,
+        sock: &mut Socket,
+        datapath: &Datapath,
+        record: &mut dyn FnMut(&SegmenterState) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let iface = &self.iface;
+        if qdisc::ingress_slot(sock, iface.ifindex)?.as_deref() != Some("clsact") {
+            self.state.clsact_added = true;
+            record(&self.state)?;
+            deploy::add_recorded_clsact(sock, iface, &mut self.state.clsact_added)?;
+        }
+        let program = Matcher::Program {
+            fd: datapath.segment_program()?,
+            name: program_names::SEGMENT,
+        };
+        filter(iface)
+            .add_redirect(sock, program, self.ifb.ifindex)
+            .map_err(|source| SegmenterError::Filter {
+                iface: iface.name.clone(),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// What is no longer in place: the IFB (gone or replaced) or the filter.
+    pub fn fault(&self, sock: &mut Socket, datapath: &Datapath) -> anyhow::Result<Option<Fault>> {
+        if let Some(fault) = health::link_fault(&self.ifb) {
+            return Ok(Some(fault));
+        }
+        let program_id = datapath.program(program_names::SEGMENT)?.info()?.id();
+        if filter(&self.iface).is_present(sock, Some(program_id))? {
+            return Ok(None);
+        }
+        Ok(Some(Fault::Filter {
+            what: "the segmenter's",
+        }))
     }
 
     pub fn state(&self) -> &SegmenterState {

@@ -41,18 +41,8 @@ cp /tmp/shaper.log /tmp/shaper-cli.log
 shaper_start_in srv s0 --iface s0 --rate "${DOWN_MBIT}mbit"
 SRV_PID=$SHAPER_PID
 
-# counters NS DEV: "TX_BYTES STAMPED_BYTES UNSHAPED_PACKETS FQ_BYTES" of DEV now.
-counters() {
-	tx=$(run "$1" cat "/sys/class/net/$2/statistics/tx_bytes")
-	json=$(run "$1" shaper stats --iface "$2" --json | tr -d ' \n')
-	stamped=$(echo "$json" | sed -n 's/^{[^{]*"bytes":\([0-9]*\).*/\1/p')
-	unshaped=$(echo "$json" | sed -n 's/.*"passed_unshaped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | awk -F: '{ s += $2 } END { print s + 0 }')
-	fq=$(run "$1" tc -s qdisc show dev "$2" | awk '/^qdisc (mq|fq) 5348: root/ { getline; print $2; exit }')
-	echo "$tx $stamped $unshaped $fq"
-}
-
-before_c=$(counters cli c0)
-before_s=$(counters srv s0)
+before_c=$(byte_counters cli c0)
+before_s=$(byte_counters srv s0)
 run cli iperf3 -c 10.2.0.2 -p 5201 -t "$SECONDS_PER_RUN" -P 4 --format m >/tmp/up.out 2>&1 &
 up_pid=$!
 run cli iperf3 -c 10.2.0.2 -p 5202 -t "$SECONDS_PER_RUN" -P 4 -R --format m >/tmp/down.out 2>&1 &
@@ -65,27 +55,16 @@ wait "$up_pid" || fail "iperf3 upload: $(cat /tmp/up.out)"
 wait "$down_pid" || fail "iperf3 download: $(cat /tmp/down.out)"
 # What fq still holds leaves within the horizon; the counters are read after it has.
 sleep 1
-after_c=$(counters cli c0)
-after_s=$(counters srv s0)
+after_c=$(byte_counters cli c0)
+after_s=$(byte_counters srv s0)
 
 up=$(receiver_mbit </tmp/up.out)
 down=$(receiver_mbit </tmp/down.out)
 log "upload $up Mbit/s at ${UP_MBIT}mbit, download $down Mbit/s at ${DOWN_MBIT}mbit (server's shaper stopped for 2 s)"
 
 failed=
-# check NAME BEFORE AFTER: the accounting invariant over the run for one interface.
-check() {
-	set -- "$1" $2 $3
-	name=$1 tx=$(($6 - $2)) stamped=$(($7 - $3)) unshaped=$(($8 - $4)) fq=$(($9 - $5))
-	log "$name: sent $tx bytes; stamped $stamped, passed unshaped $unshaped packets; fq sent $fq"
-	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx stamped_bytes=$stamped unshaped_packets=$unshaped fq_bytes=$fq"
-	awk -v t="$tx" -v s="$stamped" -v u="$unshaped" -v p="$TOLERANCE" \
-		'BEGIN { exit !(t >= s * (1 - p / 100) && t <= (s + u * 1514) * (1 + p / 100)) }' ||
-		failed="$failed; $name sent $tx bytes, shaper stamped $stamped and passed $unshaped packets unshaped"
-	within "$fq" "$tx" "$TOLERANCE" || failed="$failed; $name sent $tx bytes, its fq $fq"
-}
-check c0 "$before_c" "$after_c"
-check s0 "$before_s" "$after_s"
+failed="$failed$(accounting_fault c0 "$before_c" "$after_c" "$TOLERANCE")"
+failed="$failed$(accounting_fault s0 "$before_s" "$after_s" "$TOLERANCE")"
 
 # The rate held both ways, the stopped control loop included.
 awk -v v="$up" -v c="$(tcp_ceiling_mbit "$UP_MBIT")" 'BEGIN { exit !(v <= c * 1.01) }' ||

@@ -109,8 +109,11 @@ shaper_start_in() {
 	shift 2
 	ip netns exec "$start_ns" shaper run "$@" >/tmp/shaper.log 2>&1 &
 	SHAPER_PID=$!
+	# The ingress direction is set up after the egress.
+	start_ingress=
+	case "$*" in *--ingress-rate*) start_ingress=--ingress ;; esac
 	i=0
-	while ! ip netns exec "$start_ns" shaper stats --iface "$start_dev" >/dev/null 2>&1; do
+	while ! ip netns exec "$start_ns" shaper stats --iface "$start_dev" $start_ingress >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ $i -gt 100 ] || ! kill -0 "$SHAPER_PID" 2>/dev/null; then
 			cat /tmp/shaper.log >&2
@@ -158,4 +161,40 @@ ping_ms() {
 		awk '{ v[NR] = $1 } END { if (NR == 0) { print "none"; exit 1 }
 			i50 = int(NR * 0.50 + 0.5); i99 = int(NR * 0.99 + 0.5); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
 			printf "%.2f %.2f\n", v[i50], v[i99] }'
+}
+
+# byte_counters NS DEV: "TX_BYTES STAMPED_BYTES UNSHAPED_PACKETS FQ_BYTES" of DEV now: what the
+# device sent, what shaper stamped, what it passed unshaped, what its fq sent.
+byte_counters() {
+	tx=$(run "$1" cat "/sys/class/net/$2/statistics/tx_bytes")
+	json=$(run "$1" shaper stats --iface "$2" --json | tr -d ' \n')
+	stamped=$(echo "$json" | sed -n 's/^{[^{]*"bytes":\([0-9]*\).*/\1/p')
+	unshaped=$(echo "$json" | sed -n 's/.*"passed_unshaped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | awk -F: '{ s += $2 } END { print s + 0 }')
+	fq=$(run "$1" tc -s qdisc show dev "$2" | awk '/^qdisc (mq|fq) 5348: root/ { getline; print $2; exit }')
+	echo "$tx $stamped $unshaped $fq"
+}
+
+# accounting_fault NAME BEFORE AFTER PERCENT: the accounting invariant between two
+# byte_counters of one interface: it sent what shaper stamped plus at most a full frame per
+# packet passed unshaped, and its fq sent the same, within PERCENT. Prints "; what is wrong"
+# when it does not hold (nothing when it does), and a RESULT line on stderr.
+accounting_fault() {
+	set -- "$1" $2 $3 "$4"
+	name=$1 tx=$(($6 - $2)) stamped=$(($7 - $3)) unshaped=$(($8 - $4)) fq=$(($9 - $5)) pct=${10}
+	echo "== $name: sent $tx bytes; stamped $stamped, passed unshaped $unshaped packets; fq sent $fq" >&2
+	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx stamped_bytes=$stamped unshaped_packets=$unshaped fq_bytes=$fq" >&2
+	awk -v t="$tx" -v s="$stamped" -v u="$unshaped" -v p="$pct" \
+		'BEGIN { exit !(t >= s * (1 - p / 100) && t <= (s + u * 1514) * (1 + p / 100)) }' ||
+		printf '; %s sent %s bytes, shaper stamped %s and passed %s packets unshaped' "$name" "$tx" "$stamped" "$unshaped"
+	within "$fq" "$tx" "$pct" || printf '; %s sent %s bytes, its fq %s' "$name" "$tx" "$fq"
+}
+
+# now_ms: milliseconds since boot (10 ms resolution).
+now_ms() {
+	awk '{ printf "%d", $1 * 1000 }' /proc/uptime
+}
+
+# stamped_packets NS DEV: packets the shaper on DEV has stamped.
+stamped_packets() {
+	run "$1" shaper stats --iface "$2" --json | tr -d ' \n' | sed -n 's/^{[^{]*"packets":\([0-9]*\).*/\1/p'
 }

@@ -49,7 +49,7 @@ const OPTIONAL_MODULES: &[&str] = &[
 
 /// Real tools from the host (busybox's applets are not iproute2, iperf3 or a full ping).
 const HOST_TOOLS: &[&str] = &[
-    "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash",
+    "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

@@ -32,6 +32,7 @@ const VM_SCRIPTS: &[&str] = &[
     "tests/vm/e2e-forward.sh",
     "tests/vm/e2e-ackfilter.sh",
     "tests/vm/e2e-accounting.sh",
+    "tests/vm/e2e-faults.sh",
 ];
 
 /// The bad-input test in the VM, and the frames it runs per test there: a tenth of the full

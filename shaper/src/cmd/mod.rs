@@ -1,4 +1,5 @@
 //! One module per subcommand.
 
+pub mod reset;
 pub mod run;
 pub mod stats;

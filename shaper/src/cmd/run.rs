@@ -9,8 +9,10 @@ use crate::{
     config::{CliConfig, Settings},
     control::{self, Controller},
     deploy::Deployment,
+    health,
     ingress::Ingress,
     link::Interface,
+    netlink::Socket,
     probe,
 };
 
@@ -101,13 +103,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut deployment = Deployment::apply(&settings, iface)?;
     let mut ingress = Ingress::start(&settings, &mut deployment)?;
 
-    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
-    let mut loops = vec![(&mut deployment, controller(&settings))];
-    if let Some(i) = ingress.as_mut() {
-        let c = controller(i.settings());
-        loops.push((i.deployment_mut(), c));
-    }
-    let served = runtime.block_on(serve(loops, stop));
+    let served = runtime.block_on(serve(&mut deployment, ingress.as_mut(), stop));
     // The ingress goes first (its redirect, then its IFB), then the interface itself.
     let ingress_restored = ingress.map_or(Ok(()), Ingress::teardown);
     let restored = deployment.teardown();
@@ -129,30 +125,49 @@ impl StopSignals {
     }
 }
 
-/// Runs each direction's control loop until SIGINT or SIGTERM.
+/// Runs each direction's control loop, and keeps what shaper installed in place, until SIGINT
+/// or SIGTERM, or until the interface (or the IFB) goes away.
 async fn serve(
-    mut loops: Vec<(&mut Deployment, Controller)>,
+    egress: &mut Deployment,
+    mut ingress: Option<&mut Ingress>,
     stop: StopSignals,
 ) -> anyhow::Result<()> {
     let StopSignals {
         term: mut sigterm,
         int: mut sigint,
     } = stop;
+    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
+    let mut egress_control = controller(egress.settings());
+    let mut ingress_control = ingress.as_ref().map(|i| controller(i.settings()));
     let mut tick = tokio::time::interval(control::INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut check = tokio::time::interval(health::INTERVAL);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sock = Socket::open()?;
     loop {
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
             _ = tick.tick() => {
-                for (deployment, controller) in loops.iter_mut() {
-                    // A failed tick keeps the previous levels in force; the next one retries.
-                    match controller.tick(deployment.datapath_mut()) {
-                        Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
-                        Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
-                    }
+                control_tick(egress, &mut egress_control);
+                if let (Some(i), Some(c)) = (ingress.as_mut(), ingress_control.as_mut()) {
+                    control_tick(i.deployment_mut(), c);
+                }
+            }
+            _ = check.tick() => {
+                egress.keep(&mut sock)?;
+                if let Some(i) = ingress.as_mut() {
+                    i.keep(&mut sock, &mut |state| egress.record_ingress(Some(state.clone())))?;
                 }
             }
         }
+    }
+}
+
+/// One control loop step. A failed tick keeps the previous levels in force; the next retries.
+fn control_tick(deployment: &mut Deployment, controller: &mut Controller) {
+    match controller.tick(deployment.datapath_mut()) {
+        Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
+        Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
     }
 }
