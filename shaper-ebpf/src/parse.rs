@@ -131,7 +131,11 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         return Err(ParseError::Malformed);
     }
     let ihl = ((hdr[0] & 0x0f) as usize) * 4;
-    let total_len = be16([hdr[2], hdr[3]]) as usize;
+    let total_len = match be16([hdr[2], hdr[3]]) {
+        // A GSO packet beyond 64 KB (BIG TCP): its length is the packet's.
+        0 => (ctx.len() as usize).saturating_sub(offset),
+        len => len as usize,
+    };
     if ihl < 20 || total_len < ihl {
         return Err(ParseError::Malformed);
     }
@@ -191,7 +195,11 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         tcp_seq: 0,
         tcp_ack: 0,
         tcp_window: 0,
-        ip_payload_len: be16([hdr[4], hdr[5]]) as u32,
+        ip_payload_len: match be16([hdr[4], hdr[5]]) {
+            // A jumbogram (BIG TCP beyond 64 KB): what follows the header is its payload.
+            0 => ctx.len().saturating_sub((offset + IPV6_HLEN) as u32),
+            len => len as u32,
+        },
         l3_offset: offset as u32,
         tin: 0,
         l4_offset: 0,

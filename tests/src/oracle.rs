@@ -8,8 +8,9 @@
 //! - Malformed: a header the parser reads that the frame does not hold (Ethernet type, tag, IP
 //!   header, an extension's first two bytes or a fragment header's eight, the TCP header's 20,
 //!   UDP's 8); an IP version that is not the Ethernet type's; IPv4 with IHL < 5 or a total
-//!   length shorter than its header; TCP with a data offset < 5. Nothing else is checked: a
-//!   payload shorter than the IP header says, options, checksums.
+//!   length shorter than its header (a length of 0, BIG TCP's, is the frame's); TCP with a data
+//!   offset < 5. Nothing else is checked: a payload shorter than the IP header says, options,
+//!   checksums.
 //! - IPv6 extension headers (hop-by-hop, routing, fragment, destination options) are walked up
 //!   to four; a later IPv4 or IPv6 fragment has no transport header to read.
 //! - Before any of that, a GSO packet of more segments than the segmenter's threshold, not
@@ -80,7 +81,12 @@ pub fn parse(frame: &[u8]) -> Result<usize, PassReason> {
         0x0800 => {
             let h = field(l3, 20)?;
             let ihl = usize::from(h[0] & 0x0f) * 4;
-            if h[0] >> 4 != 4 || ihl < 20 || usize::from(be16(&h[2..4])) < ihl {
+            // A total length of 0 (BIG TCP) takes the frame's.
+            let total = match usize::from(be16(&h[2..4])) {
+                0 => frame.len() - l3,
+                len => len,
+            };
+            if h[0] >> 4 != 4 || ihl < 20 || total < ihl {
                 return Err(PassReason::Malformed);
             }
             let later_fragment = be16(&h[6..8]) & 0x1fff != 0;

@@ -784,3 +784,31 @@ fn off_leaves_acks_alone() {
     let s = h.view().stats;
     assert_eq!((s.ack_seen, s.ack_dropped, s.shaped_packets), (0, 0, 4));
 }
+
+/// BIG TCP: a GSO packet beyond 64 KB carries an IP length of 0 (IPv4's total length, IPv6's
+/// payload length). Its length is then the packet's: it is shaped in full, and a data segment
+/// whose only flag is ACK is not taken for a pure ACK.
+#[test]
+fn a_length_of_zero_is_the_packets_own() {
+    for v6 in [false, true] {
+        let mut h = harness(AckFilter::Aggressive);
+        let data = Seg {
+            seq: 1,
+            ack: 1,
+            flags: ACK,
+            window: 500,
+            options: Vec::new(),
+            payload: 1000,
+            v6,
+        };
+        let mut frame = data.frame(true);
+        let length = if v6 { 14 + 4..14 + 6 } else { 14 + 2..14 + 4 };
+        frame[length].fill(0);
+        let out = h.run(&frame, &SkbContext::default());
+        assert_eq!(out.verdict, PASS, "v6 {v6}");
+        assert_ne!(out.ctx.tstamp(), 0, "v6 {v6}: shaped, not passed as malformed");
+        let s = h.view().stats;
+        assert_eq!(s.shaped_bytes, frame.len() as u64, "v6 {v6}: its whole length");
+        assert_eq!(s.ack_seen, 0, "v6 {v6}: a data segment is not a pure ACK");
+    }
+}

@@ -45,7 +45,9 @@ log "shaper at $UPLINK up: download $off Mbit/s without the filter"
 
 for mode in conservative aggressive; do
 	shaper_start --iface s0 --rate "$UPLINK" --ack-filter "$mode"
+	counted=$(byte_counters "$SRC" s0)
 	on=$(download_mbit "$SECONDS_PER_RUN" 1) || exit 1
+	check_accounting "$SRC" s0 "$counted" "$mode"
 	seen=$(filter_field seen) dropped=$(filter_field dropped) unknown=$(filter_field unknown_option)
 	kept=$(ip netns exec "$SRC" shaper stats --iface s0 | sed -n 's/.*kept: \(.*\); sent ahead.*/\1/p')
 	shaper_stop

@@ -119,7 +119,9 @@ measure_all() {
 	log "CAKE at ${RATE}mbit (split-gso): $cake Mbit/s, ping p50/p99 $cake_ping ms"
 
 	router_start --rate "${RATE}mbit" --no-split-gso
+	counted=$(byte_counters rtr r1)
 	measure
+	check_accounting rtr r1 "$counted" "forwarded, --no-split-gso"
 	whole=$goodput whole_ping=$pings whole_fpp=$(frames_per_packet)
 	shaper_stop
 	log "shaper --no-split-gso: $whole Mbit/s, ping p50/p99 $whole_ping ms, $whole_fpp frames per stamped packet"
@@ -127,7 +129,9 @@ measure_all() {
 	router_start --rate "${RATE}mbit"
 	wait_segmenter
 	ip -n rtr link show seg4r1 >/dev/null 2>&1 || fail "no segmenter (seg4r1): $(cat /tmp/shaper.log)"
+	counted=$(byte_counters rtr r1)
 	measure
+	check_accounting rtr r1 "$counted" "forwarded, segmented"
 	shaped=$goodput shaper_ping=$pings fpp=$(frames_per_packet) segmented=$(json_field segmented)
 	run rtr shaper stats --iface r1 | grep -q "segmented: .* on seg4r1" || fail "stats does not show the segmenter"
 	shaper_stop

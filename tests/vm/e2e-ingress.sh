@@ -77,7 +77,9 @@ measure_pair() {
 	ip netns exec "$SRC" tc filter show dev s0 ingress | grep -q "mirred.*ifb4s0" ||
 		fail "no redirect to ifb4s0: $(ip netns exec "$SRC" tc filter show dev s0 ingress)"
 	[ "$(gro_size)" -lt 2948 ] || fail "GRO limit not lowered at ${RATE}mbit: $(gro_size)"
+	counted=$(byte_counters "$SRC" ifb4s0)
 	measure_download
+	check_accounting "$SRC" ifb4s0 "$counted" "ingress at ${RATE}mbit"
 	shaped=$goodput shaper_ping=$pings
 	ip netns exec "$SRC" shaper stats --iface s0 | grep -q "ingress: shaped on ifb4s0" ||
 		fail "stats does not name the ingress"

@@ -42,8 +42,10 @@ measure_pair() {
 	# The data path's cost, measured over the middle of the run.
 	(sleep 1 && ip netns exec "$SRC" shaper stats --iface s0 --cost 2s --json >/tmp/cost.json) &
 	cost_pid=$!
+	counted=$(byte_counters "$SRC" s0)
 	shaped=$(goodput_mbit "$SECONDS_PER_RUN" 1) || exit 1
 	wait "$cost_pid" || fail "stats --cost failed"
+	check_accounting "$SRC" s0 "$counted" "${1}mbit"
 	egress_cost=$(tr -d ' \n' </tmp/cost.json |
 		sed -n 's/.*"name":"shaper_egress","id":[0-9]*,"runs":\([0-9]*\),[^}]*"ns_per_run":\([0-9.]*\).*/\1 \2/p')
 	log "stats --cost: shaper_egress ${egress_cost:-missing} (runs, ns per run)"

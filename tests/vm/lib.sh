@@ -189,6 +189,14 @@ accounting_fault() {
 	within "$fq" "$tx" "$pct" || printf '; %s sent %s bytes, its fq %s' "$name" "$tx" "$fq"
 }
 
+# check_accounting NS DEV BEFORE WHAT: the accounting invariant (within 1 %) on DEV since
+# BEFORE (a byte_counters), once what fq holds has left; fails naming WHAT.
+check_accounting() {
+	sleep 1
+	wrong=$(accounting_fault "$2" "$3" "$(byte_counters "$1" "$2")" 1)
+	[ -z "$wrong" ] || fail "$4: accounting$wrong"
+}
+
 # now_ms: milliseconds since boot (10 ms resolution).
 now_ms() {
 	awk '{ printf "%d", $1 * 1000 }' /proc/uptime
