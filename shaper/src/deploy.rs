@@ -316,12 +316,17 @@ impl Deployment {
     }
 
     /// Checks that what shaper installed is still in place and puts back what someone else
-    /// changed (`health`). A device that went away is an error: the caller ends the run, and
-    /// teardown then removes what shaper had elsewhere (an IFB, the state file).
+    /// changed (`health`). A device that went away is a `health::Lost` error: the caller ends
+    /// the run, and teardown then removes what shaper had elsewhere (an IFB, the state file).
+    /// Any other error is a check or repair that failed, to be tried again.
     pub fn keep(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
         if let Some(fault) = health::link_fault(&self.iface) {
             self.gone = true;
-            anyhow::bail!("{}: {fault}", self.iface.name);
+            return Err(health::Lost {
+                iface: self.iface.name.clone(),
+                fault,
+            }
+            .into());
         }
         let frame_bytes = self.iface.frame_bytes(sock)?;
         if frame_bytes != self.frame_bytes {

@@ -57,6 +57,18 @@ impl fmt::Display for Fault {
     }
 }
 
+/// Checks that fail in a row before the run ends: a repair that keeps failing leaves the
+/// interface half-shaped, which is not to be left without a word.
+pub const MAX_FAILED_CHECKS: u32 = 4;
+
+/// The device itself went away: ends the run at once.
+#[derive(Debug, thiserror::Error)]
+#[error("{iface}: {fault}")]
+pub struct Lost {
+    pub iface: String,
+    pub fault: Fault,
+}
+
 /// Whether `recorded` is still the interface of its name.
 pub fn link_fault(recorded: &Interface) -> Option<Fault> {
     match Interface::lookup(&recorded.name) {

@@ -806,9 +806,17 @@ fn a_length_of_zero_is_the_packets_own() {
         frame[length].fill(0);
         let out = h.run(&frame, &SkbContext::default());
         assert_eq!(out.verdict, PASS, "v6 {v6}");
-        assert_ne!(out.ctx.tstamp(), 0, "v6 {v6}: shaped, not passed as malformed");
+        assert_ne!(
+            out.ctx.tstamp(),
+            0,
+            "v6 {v6}: shaped, not passed as malformed"
+        );
         let s = h.view().stats;
-        assert_eq!(s.shaped_bytes, frame.len() as u64, "v6 {v6}: its whole length");
+        assert_eq!(
+            s.shaped_bytes,
+            frame.len() as u64,
+            "v6 {v6}: its whole length"
+        );
         assert_eq!(s.ack_seen, 0, "v6 {v6}: a data segment is not a pure ACK");
     }
 }

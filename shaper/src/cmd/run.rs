@@ -144,6 +144,7 @@ async fn serve(
     let mut check = tokio::time::interval(health::INTERVAL);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sock = Socket::open()?;
+    let mut failed_checks = 0;
     loop {
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
@@ -155,9 +156,20 @@ async fn serve(
                 }
             }
             _ = check.tick() => {
-                egress.keep(&mut sock)?;
-                if let Some(i) = ingress.as_mut() {
-                    i.keep(&mut sock, &mut |state| egress.record_ingress(Some(state.clone())))?;
+                let kept = egress.keep(&mut sock).and_then(|()| match ingress.as_mut() {
+                    Some(i) => i.keep(&mut sock, &mut |s| egress.record_ingress(Some(s.clone()))),
+                    None => Ok(()),
+                });
+                match kept {
+                    Ok(()) => failed_checks = 0,
+                    Err(e) if e.is::<health::Lost>() => return Err(e),
+                    Err(e) => {
+                        failed_checks += 1;
+                        if failed_checks >= health::MAX_FAILED_CHECKS {
+                            return Err(e.context("keeping shaper in place failed repeatedly"));
+                        }
+                        warn!("keeping shaper in place (will retry): {e:#}");
+                    }
                 }
             }
         }
