@@ -169,6 +169,83 @@ fn missing_fq_is_reported_and_the_interface_is_left_alone() {
     assert_eq!(qdiscs(), before, "the interface changed");
 }
 
+/// Without a state file (a crash that lost it, an older version), `shaper reset` removes what
+/// carries shaper's marks (its root handle, its IFB and the redirect to it) and nothing else.
+#[test]
+fn reset_removes_what_carries_shapers_marks_and_nothing_else() {
+    let ns = format!("shaper-reset-{}", std::process::id());
+    let sh = |script: &str| {
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns, "sh", "-ec", script])
+            .status()
+            .expect("sh");
+        assert!(status.success(), "{script}");
+    };
+    let out = |script: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "sh", "-c", script])
+            .output()
+            .expect("sh");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status = Command::new("ip").args(["netns", "add", &ns]).status();
+    assert!(status.expect("ip").success());
+    let _cleanup = NetnsGuard(ns.clone());
+    sh("ip link add sa0 type veth peer name sb0
+        ip link set sa0 up; ip link set sb0 up
+        tc qdisc add dev sa0 root handle 5348: pfifo
+        ip link add ifb4sa0 type ifb; ip link set ifb4sa0 up
+        ip link add ifb9 type ifb
+        tc qdisc add dev sa0 clsact");
+    // Filters need cls_matchall and act_mirred; without them the IFB alone is the mark.
+    let filters = Command::new("ip")
+        .args(["netns", "exec", &ns, "sh", "-ec"])
+        .arg(
+            "tc filter add dev sa0 ingress prio 1 matchall action pass
+             tc filter add dev sa0 ingress prio 65535 matchall action mirred egress redirect dev ifb4sa0",
+        )
+        .status()
+        .is_ok_and(|s| s.success());
+    let reset = Command::new("ip")
+        .args(["netns", "exec", &ns, SHAPER, "reset", "--iface", "sa0"])
+        .output()
+        .expect("shaper reset");
+    let said = String::from_utf8_lossy(&reset.stdout).into_owned();
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    assert!(
+        said.contains("ifb4sa0") && said.contains("root qdisc"),
+        "{said}"
+    );
+    assert!(
+        !out("tc qdisc show dev sa0").contains("5348:"),
+        "shaper's root left"
+    );
+    assert!(
+        !out("ip link show").contains("ifb4sa0"),
+        "shaper's IFB left"
+    );
+    assert!(out("ip link show").contains("ifb9"), "another IFB removed");
+    assert!(
+        out("tc qdisc show dev sa0").contains("clsact"),
+        "clsact is not shaper's"
+    );
+    if filters {
+        let left = out("tc filter show dev sa0 ingress");
+        assert!(
+            left.contains("pref 1 "),
+            "someone else's filter removed: {left}"
+        );
+        assert!(!left.contains("pref 65535 "), "the redirect left: {left}");
+    }
+    let again = Command::new("ip")
+        .args(["netns", "exec", &ns, SHAPER, "reset", "--iface", "sa0"])
+        .output()
+        .expect("shaper reset");
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing of shaper's found"));
+    assert_refused(&["reset", "--iface", "nosuch0"], "no interface named");
+}
+
 struct NetnsGuard(String);
 
 impl Drop for NetnsGuard {
