@@ -32,6 +32,9 @@ measure_pair() {
 	# The run directory and the state it holds are root's alone.
 	perms=$(stat -c '%a' /run/shaper /run/shaper/*.json /run/shaper/*.lock | sort -u | tr '\n' ' ')
 	[ "$perms" = "600 700 " ] || fail "run directory and state not private: $(ls -la /run/shaper)"
+	# Nothing listens unless asked: no socket of shaper's in a listening state, of any family.
+	listening=$(ip netns exec "$SRC" ss -H -lnp -A inet,unix 2>/dev/null | grep "pid=$SHAPER_PID," || true)
+	[ -z "$listening" ] || fail "shaper listens: $listening"
 	state=$(qdisc_state s0)
 	echo "$state" | grep -Eq "qdisc (fq|mq) 5348: root" || fail "shaper did not install its root qdisc: $state"
 	if ip netns exec "$SRC" shaper run --iface s0 --rate 1gbit 2>/tmp/second.err; then
