@@ -24,7 +24,7 @@ use shaper_common::{
 use crate::{
     config::StateParams,
     filter::Hook,
-    runtime::{AttachMode, MapIds},
+    record::{AttachMode, MapIds},
 };
 
 /// The data path, built from `shaper-ebpf` by build.rs.

@@ -16,33 +16,21 @@ use shaper_common::{
 
 use crate::{
     bpf::{self, Datapath},
+    clsact,
     config::Settings,
     filter::Hook,
     health::{self, Fault},
-    ingress::IngressState,
     link::{GsoLimits, Interface, apply_limits, plan_limits, restore_limits},
     netlink::Socket,
     probe,
     qdisc::{self, Snapshot},
-    runtime::{self, AttachMode, InterfaceLock, State},
-    segmenter::{self, Segmenter, SegmenterState},
+    record::{AttachMode, IngressState, SegmenterState, State},
+    runtime::{self, InterfaceLock},
+    segmenter::{self, Segmenter},
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
-    #[error(
-        "{iface} has an `ingress` qdisc where shaper needs `clsact` (to attach on kernels without TCX, < 6.6, and for --ingress-rate's redirect). Remove it if nothing needs it: tc qdisc del dev {iface} ingress"
-    )]
-    IngressQdisc { iface: String },
-    #[error(
-        "the kernel has no clsact qdisc (sch_ingress), needed to attach on kernels without TCX (< 6.6): load it with `modprobe sch_ingress` or use a kernel built with CONFIG_NET_SCH_INGRESS"
-    )]
-    NoClsact,
-    #[error("adding clsact to {iface}: {source}")]
-    Clsact {
-        iface: String,
-        source: crate::netlink::NetlinkError,
-    },
     #[error("attaching to {iface}: {source}")]
     Attach {
         iface: String,
@@ -159,7 +147,7 @@ impl Deployment {
             }
         }
         if add_clsact {
-            if let Err(e) = ensure_clsact(&mut sock, &iface) {
+            if let Err(e) = clsact::ensure(&mut sock, &iface) {
                 rollback(&mut sock, clsact_added);
                 return Err(e.into());
             }
@@ -399,7 +387,7 @@ impl Deployment {
         }
         self.state.clsact_added = true;
         runtime::write_state(&self.iface, &self.state)?;
-        add_recorded_clsact(sock, &self.iface, &mut self.state.clsact_added)?;
+        clsact::add_recorded(sock, &self.iface, &mut self.state.clsact_added)?;
         Ok(())
     }
 
@@ -450,120 +438,6 @@ impl Drop for Deployment {
             warn!("restoring {}: {e:#}", self.iface.name);
         }
     }
-}
-
-/// `shaper reset`: removes everything shaper installed on `iface`, whatever state it was left
-/// in. What a state file records is undone as a crashed run's successor would, restoring the
-/// qdiscs and limits from before shaper; without a record, what is recognisably shaper's (its
-/// root qdisc handle, its filters, its IFBs) is removed. Refused while a shaper runs there.
-/// Returns what was removed, for the report.
-pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
-    let _lock = InterfaceLock::acquire(iface)?;
-    let mut sock = Socket::open()?;
-    let mut done = Vec::new();
-    let recorded = runtime::read_state(iface)?;
-    if let Some(state) = &recorded {
-        if let Some(ingress) = &state.ingress {
-            crate::ingress::clean_stale(iface, ingress)?;
-            done.push(format!("the ingress redirect and {}", ingress.ifb));
-        }
-        if let Some(seg) = &state.segmenter {
-            segmenter::clean_stale(iface, seg)?;
-            done.push(format!("the segmenter and {}", seg.ifb));
-        }
-        bpf::remove_stale_filter(&iface.name);
-        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &state.original)?;
-        done.push("the root qdisc (the original put back)".into());
-        if state.clsact_added {
-            match qdisc::delete_clsact(&mut sock, iface.ifindex) {
-                Err(e) if e.errno() != Some(libc::ENOENT) && e.errno() != Some(libc::EINVAL) => {
-                    return Err(e.into());
-                }
-                _ => done.push("clsact".into()),
-            }
-        }
-        if state.original_gso.is_some() {
-            restore_limits(&mut sock, iface, state.original_gso);
-            done.push("the GSO limits (the original put back)".into());
-        }
-        runtime::remove_state(iface);
-        done.push("the state file".into());
-    }
-    // Without a record, or beyond it: what carries shaper's marks.
-    let filters = |sock: &mut Socket, hook| -> Result<Vec<_>, crate::netlink::NetlinkError> {
-        Ok(crate::filter::list(sock, iface.ifindex, hook)?
-            .into_iter()
-            .filter(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY))
-            .collect())
-    };
-    if !filters(&mut sock, Hook::Egress)?.is_empty()
-        || !filters(&mut sock, Hook::Ingress)?.is_empty()
-    {
-        bpf::remove_stale_filter(&iface.name);
-        done.push("shaper's programs".into());
-    }
-    for prefix in ["ifb4", "seg4"] {
-        let name = crate::link::ifb_name(prefix, iface);
-        if Interface::lookup(&name).is_ok_and(|ifb| ifb.kind(&mut sock).is_ok_and(|k| k == "ifb")) {
-            // Its redirect would send to a device that is about to go.
-            let hook = if prefix == "ifb4" {
-                Hook::Ingress
-            } else {
-                Hook::Egress
-            };
-            let kind = if prefix == "ifb4" { "matchall" } else { "bpf" };
-            let redirect = crate::filter::Filter {
-                ifindex: iface.ifindex,
-                hook,
-                kind,
-            };
-            if redirect.is_present(&mut sock, None)? {
-                redirect.remove(&mut sock, false)?;
-            }
-            crate::link::delete_leftover_ifb(&mut sock, &name);
-            done.push(name);
-        }
-    }
-    if qdisc::list(&mut sock, iface.ifindex)?
-        .iter()
-        .any(|q| q.parent == qdisc::TC_H_ROOT && q.is_shaper())
-    {
-        let default = Snapshot {
-            root: None,
-            leaves: Vec::new(),
-            clsact: false,
-        };
-        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &default)?;
-        done.push("shaper's root qdisc (the kernel's default put back)".into());
-    }
-    Ok(done)
-}
-
-pub(crate) fn ensure_clsact(sock: &mut Socket, iface: &Interface) -> Result<(), DeployError> {
-    if qdisc::ingress_slot(sock, iface.ifindex).is_ok_and(|k| k.as_deref() == Some("ingress")) {
-        return Err(DeployError::IngressQdisc {
-            iface: iface.name.clone(),
-        });
-    }
-    qdisc::add_clsact(sock, iface.ifindex).map_err(|source| match source.errno() {
-        Some(libc::ENOENT) => DeployError::NoClsact,
-        _ => DeployError::Clsact {
-            iface: iface.name.clone(),
-            source,
-        },
-    })
-}
-
-/// Adds clsact to `iface` for a caller that has already recorded it as added (`recorded` true),
-/// so that a crash while adding leaves it to a successor to remove. When adding fails the
-/// record is taken back: what holds the slot is not ours to remove (it may be someone's
-/// `ingress` qdisc).
-pub(crate) fn add_recorded_clsact(
-    sock: &mut Socket,
-    iface: &Interface,
-    recorded: &mut bool,
-) -> Result<(), DeployError> {
-    ensure_clsact(sock, iface).inspect_err(|_| *recorded = false)
 }
 
 fn repaired(iface: &Interface, fault: &Fault, action: &str) {

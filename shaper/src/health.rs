@@ -16,7 +16,7 @@ use crate::{
     link::Interface,
     netlink::{NetlinkError, Socket},
     qdisc::{Qdisc, TC_H_ROOT},
-    runtime::AttachMode,
+    record::AttachMode,
 };
 
 /// How often the checks run: a change is found (and repaired) within this, plus one check's

@@ -11,29 +11,20 @@
 //! time, and fq releases it to the hosts behind the router in one burst, which TCP answers with
 //! one ACK (see `link::GroLimits`).
 
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::{
+    clsact,
     config::Settings,
-    deploy::{self, Deployment},
+    deploy::Deployment,
     filter::{Filter, Hook, Matcher},
     health::Fault,
     link::{self, GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
     netlink::{NetlinkError, Socket},
     qdisc,
+    record::IngressState,
+    runtime,
 };
-
-/// What ingress shaping set up, in the interface's state file, so that exit (or the next
-/// shaper, after a crash) undoes exactly that.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IngressState {
-    pub ifb: String,
-    /// shaper added clsact to the interface for the redirect and removes it on exit.
-    pub clsact_added: bool,
-    /// The interface's GRO limits before shaper lowered them; `None` when it left them alone.
-    pub original_gro: Option<GroLimits>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngressError {
@@ -61,17 +52,6 @@ pub struct Ingress {
     /// The IFB's own deployment; taken on teardown.
     deployment: Option<Deployment>,
     state: IngressState,
-}
-
-impl IngressState {
-    /// Recorded before anything is set up, so that a crash half-way leaves a record of the IFB.
-    pub fn planned(ifb: &str) -> Self {
-        Self {
-            ifb: ifb.to_string(),
-            clsact_added: false,
-            original_gro: None,
-        }
-    }
 }
 
 impl Ingress {
@@ -152,7 +132,7 @@ impl Ingress {
         ingress.state.original_gro = gro.as_ref().and_then(|plan| plan.to_restore());
         record(&ingress.state)?;
         if add_clsact {
-            deploy::add_recorded_clsact(&mut sock, iface, &mut ingress.state.clsact_added)?;
+            clsact::add_recorded(&mut sock, iface, &mut ingress.state.clsact_added)?;
         }
         add_redirect(&mut sock, iface, &ifb)?;
         if let Some(plan) = gro {
@@ -180,7 +160,7 @@ impl Ingress {
         if qdisc::ingress_slot(sock, self.iface.ifindex)?.as_deref() != Some("clsact") {
             self.state.clsact_added = true;
             record(&self.state)?;
-            deploy::add_recorded_clsact(sock, &self.iface, &mut self.state.clsact_added)?;
+            clsact::add_recorded(sock, &self.iface, &mut self.state.clsact_added)?;
         }
         add_redirect(sock, &self.iface, deployment.iface())?;
         warn!(
@@ -239,7 +219,7 @@ pub(crate) fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Re
     let sock = &mut Socket::open()?;
     restore_limits(sock, iface, stale.original_gro);
     let _ = redirect(iface).remove(sock, stale.clsact_added);
-    link::delete_leftover_ifb(sock, &stale.ifb);
+    runtime::delete_leftover_ifb(sock, &stale.ifb);
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! Earliest Departure Time and `fq` releases it then; this library is the control plane.
 
 pub mod bpf;
+pub mod clsact;
 pub mod cmd;
 pub mod config;
 pub mod control;
@@ -16,6 +17,8 @@ pub mod link;
 pub mod netlink;
 pub mod probe;
 pub mod qdisc;
+pub mod record;
+pub mod reset;
 pub mod runtime;
 pub mod sampling;
 pub mod segmenter;

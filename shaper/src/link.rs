@@ -231,20 +231,6 @@ pub fn ifb_name(prefix: &str, iface: &Interface) -> String {
     }
 }
 
-/// Deletes `name` (with the state file of a shaper that ran on it) if it is an IFB: what a
-/// crashed shaper left. Anything else of that name is not shaper's and stays.
-pub fn delete_leftover_ifb(sock: &mut Socket, name: &str) {
-    if let Ok(ifb) = Interface::lookup(name)
-        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
-    {
-        warn!("removing {name} left by a previous shaper");
-        crate::runtime::remove_state(&ifb);
-        if let Err(e) = ifb.delete(sock) {
-            warn!("deleting {name}: {e}");
-        }
-    }
-}
-
 /// How many queues shaper gives an IFB device: one per CPU, up to [`MAX_IFB_QUEUES`].
 pub fn ifb_queues() -> u32 {
     std::thread::available_parallelism()

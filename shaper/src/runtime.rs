@@ -17,14 +17,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::{Deserialize, Serialize};
+use tracing::warn;
 
-use crate::{
-    ingress::IngressState,
-    link::{GsoLimits, Interface},
-    qdisc::Snapshot,
-    segmenter::SegmenterState,
-};
+use crate::{link::Interface, netlink::Socket, record::State};
 
 pub const DEFAULT_RUN_DIR: &str = "/run/shaper";
 
@@ -42,59 +37,6 @@ pub enum RuntimeError {
     },
     #[error("state file {path} is unreadable: {message}")]
     BadState { path: String, message: String },
-}
-
-/// How the program is attached, so teardown and crash recovery undo the right thing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttachMode {
-    Tcx,
-    Netlink,
-}
-
-/// Kernel ids of the running instance's maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MapIds {
-    pub config: u32,
-    pub stats: u32,
-    pub hosts: u32,
-    pub flows: u32,
-    pub host_rates: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
-    pub pid: u32,
-    pub iface: String,
-    pub ifindex: u32,
-    pub rate_bps: u64,
-    pub horizon_ns: u64,
-    /// Isolation mode name (see `shaper_common::isolation`).
-    pub isolation: String,
-    /// DiffServ mode name (see `shaper_common::diffserv`).
-    #[serde(default)]
-    pub diffserv: String,
-    pub started_unix_s: u64,
-    /// Written before shaper changes the interface, so that a successor can undo a start that
-    /// crashed half-way; `stats` answers once it is false.
-    #[serde(default)]
-    pub starting: bool,
-    pub attach: AttachMode,
-    /// shaper added the clsact qdisc (netlink attach) and removes it on exit.
-    pub clsact_added: bool,
-    /// The interface's qdiscs before shaper, restored on exit.
-    pub original: Snapshot,
-    /// The device's GSO limits before shaper lowered them (restored on exit); `None` when
-    /// shaper left them alone.
-    #[serde(default)]
-    pub original_gso: Option<GsoLimits>,
-    /// The ingress direction's IFB and redirect (`--ingress-rate`), undone on exit.
-    #[serde(default)]
-    pub ingress: Option<IngressState>,
-    /// The segmenter's IFB and filter (`segmenter`), undone on exit.
-    #[serde(default)]
-    pub segmenter: Option<SegmenterState>,
-    pub maps: MapIds,
 }
 
 /// The run directory and its files are root's alone: the state names the maps (by id, which a
@@ -212,6 +154,20 @@ pub fn remove_state(iface: &Interface) {
 /// Whether a process with this pid exists.
 pub fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Deletes `name` (with the state file of a shaper that ran on it) if it is an IFB: what a
+/// crashed shaper left. Anything else of that name is not shaper's and stays.
+pub fn delete_leftover_ifb(sock: &mut Socket, name: &str) {
+    if let Ok(ifb) = Interface::lookup(name)
+        && ifb.kind(sock).is_ok_and(|k| k == "ifb")
+    {
+        warn!("removing {name} left by a previous shaper");
+        remove_state(&ifb);
+        if let Err(e) = ifb.delete(sock) {
+            warn!("deleting {name}: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

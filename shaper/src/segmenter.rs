@@ -17,29 +17,20 @@
 //! Not on an IFB itself (the ingress direction): a packet the segmenter hands back is no
 //! longer marked as redirected, and an IFB drops what was not redirected to it.
 
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::{
     bpf::Datapath,
-    deploy,
+    clsact,
     filter::{Filter, Hook, Matcher},
     health::{self, Fault},
     link::{self, GsoLimits, Interface, LinkError},
     netlink::{NetlinkError, Socket},
     qdisc,
+    record::SegmenterState,
+    runtime,
 };
 use shaper_common::datapath::program_names;
-
-/// What the segmenter set up, in the interface's state file, so that exit (or the next shaper,
-/// after a crash) undoes exactly that.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmenterState {
-    pub ifb: String,
-    /// shaper added clsact to the interface for the segmenter's filter (TCX attach needs none
-    /// of its own) and removes it on exit.
-    pub clsact_added: bool,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SegmenterError {
@@ -67,16 +58,6 @@ pub struct Segmenter {
     state: SegmenterState,
     /// Removed (by `stop`, or by `Drop` after a failed start or a panic).
     removed: bool,
-}
-
-impl SegmenterState {
-    /// Recorded before anything is set up, so that a crash half-way leaves a record of the IFB.
-    pub fn planned(iface: &Interface) -> Self {
-        Self {
-            ifb: link::ifb_name("seg4", iface),
-            clsact_added: false,
-        }
-    }
 }
 
 impl Segmenter {
@@ -146,7 +127,7 @@ impl Segmenter {
         if qdisc::ingress_slot(sock, iface.ifindex)?.as_deref() != Some("clsact") {
             self.state.clsact_added = true;
             record(&self.state)?;
-            deploy::add_recorded_clsact(sock, iface, &mut self.state.clsact_added)?;
+            clsact::add_recorded(sock, iface, &mut self.state.clsact_added)?;
         }
         let program = Matcher::Program {
             fd: datapath.segment_program()?,
@@ -217,7 +198,7 @@ impl Drop for Segmenter {
 pub fn clean_stale(iface: &Interface, stale: &SegmenterState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     remove(sock, iface, stale);
-    link::delete_leftover_ifb(sock, &stale.ifb);
+    runtime::delete_leftover_ifb(sock, &stale.ifb);
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use shaper_common::{
     rate::DisplayRate,
 };
 
-use crate::{bpf::DatapathView, runtime::State};
+use crate::{bpf::DatapathView, record::State};
 
 #[derive(Debug, Serialize)]
 pub struct Report {

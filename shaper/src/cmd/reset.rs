@@ -1,7 +1,7 @@
 //! `shaper reset`: removes everything shaper installed on an interface (after a crash, or to
 //! be sure), putting back what was there before it when that is on record.
 
-use crate::{deploy, link::Interface, probe};
+use crate::{link::Interface, probe, reset};
 
 #[derive(Debug, clap::Args)]
 pub struct ResetArgs {
@@ -13,7 +13,7 @@ pub struct ResetArgs {
 pub fn run(args: ResetArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
     let iface = Interface::lookup(&args.iface)?;
-    let removed = deploy::reset(&iface)?;
+    let removed = reset::reset(&iface)?;
     if removed.is_empty() {
         println!("{}: nothing of shaper's found", iface.name);
     } else {
