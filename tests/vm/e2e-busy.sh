@@ -1,13 +1,21 @@
 #!/bin/sh
-# End to end: the rate holds on a busy host. CPU hogs at normal priority run on every CPU
-# while CAKE, then shaper, shape the same egress in the same boot: one TCP flow, and three
-# destination hosts with eight flows each. shaper's goodput must be within TOLERANCE % of
-# CAKE's under the same load, never above the TCP ceiling at the rate, and within TOLERANCE %
-# of that ceiling wherever CAKE reaches it (where CAKE does not, the busy machine cannot drive
-# the rate and only the comparison with CAKE says anything about the shaper).
+# End to end: the rate holds on a busy host. While the CPU is contended, CAKE, then shaper, shape
+# the same traffic in the same boot: one TCP flow, and three hosts with eight flows each; on the
+# interface's egress, and on its ingress (CAKE on an IFB as sqm-scripts sets it up, shaper with
+# --ingress-rate). shaper's goodput must be within TOLERANCE % of CAKE's under the same load,
+# never above the TCP ceiling at the rate, and within TOLERANCE % of that ceiling wherever CAKE
+# reaches it (where CAKE does not, the busy machine cannot drive the rate and only the
+# comparison with CAKE says anything about the shaper).
 #
-# Usage: e2e-busy.sh [RATE_MBIT...]   (default: 7 73 220)
-# Prints one "RESULT ..." line per rate and load for the record.
+# The contention (CONTENTION, any of):
+#   hogs     a busy loop at normal priority on every CPU
+#   softirq  an unshaped flood between two other namespaces, whose packets the same CPUs
+#            process in softirq
+#   stop     shaper's control loop stopped (SIGSTOP) for 2 s in the middle of each run
+#
+# Usage: [CONTENTION="hogs softirq stop"] [DIRECTIONS="egress ingress"] e2e-busy.sh [RATE_MBIT...]
+#        (defaults: hogs; egress; rates 7 73 220)
+# Prints one "RESULT ..." line per rate, direction and load for the record.
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
 RATES=${*:-7 73 220}
@@ -17,6 +25,8 @@ TOLERANCE=3
 # had queued before its measured window began (CAKE measures up to 1 % over at 7 Mbit/s).
 OVER=1
 HOSTS="10.9.0.2 10.9.0.3 10.9.0.4"
+CONTENTION=${CONTENTION:-hogs}
+DIRECTIONS=${DIRECTIONS:-egress}
 
 pair_up
 for a in 10.9.0.3 10.9.0.4; do ip -n "$DST" addr add "$a/24" dev d0; done
@@ -30,20 +40,43 @@ hogs_start() {
 		HOG_PIDS="$HOG_PIDS $!"
 	done
 }
+# softirq_start: an unshaped flood, as fast as the machine goes, between two namespaces of its
+# own (another interface's receive and transmit work in softirq on the same CPUs).
+softirq_start() {
+	ip netns add flood-a
+	ip netns add flood-b
+	ip link add f0 netns flood-a type veth peer name f1 netns flood-b
+	ip -n flood-a addr add 10.77.0.1/24 dev f0
+	ip -n flood-b addr add 10.77.0.2/24 dev f1
+	ip -n flood-a link set f0 up
+	ip -n flood-b link set f1 up
+	ip netns exec flood-b iperf3 -s -D >/dev/null
+	sleep 0.3
+	ip netns exec flood-a iperf3 -c 10.77.0.2 -t 100000 -P 4 >/dev/null 2>&1 &
+	HOG_PIDS="$HOG_PIDS $!"
+}
 hogs_stop() {
 	[ -n "$HOG_PIDS" ] && kill $HOG_PIDS 2>/dev/null
 	wait $HOG_PIDS 2>/dev/null
 	HOG_PIDS=
+	for ns in flood-a flood-b; do
+		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
+		ip netns del "$ns" 2>/dev/null
+	done
+	true
 }
 trap hogs_stop EXIT
 
-# load_mbit LOAD: goodput of LOAD ("1x1": one flow; "3x8": three hosts of eight flows).
+# load_mbit DIRECTION LOAD: goodput of LOAD ("1x1": one flow; "3x8": three hosts of eight
+# flows) sent out of s0 (egress) or into it (ingress).
 load_mbit() {
-	case $1 in
-	1x1) goodput_mbit "$SECONDS_PER_RUN" 1 ;;
+	reverse=
+	[ "$1" = ingress ] && reverse=-R
+	case $2 in
+	1x1) goodput_mbit "$SECONDS_PER_RUN" 1 $reverse ;;
 	3x8)
 		for a in $HOSTS; do
-			ip netns exec "$SRC" iperf3 -c "$a" -p 5301 -t "$SECONDS_PER_RUN" -O 1 -P 8 --format m >"/tmp/busy-$a.out" 2>&1 &
+			ip netns exec "$SRC" iperf3 -c "$a" -p 5301 -t "$SECONDS_PER_RUN" -O 1 -P 8 $reverse --format m >"/tmp/busy-$a.out" 2>&1 &
 		done
 		wait
 		for a in $HOSTS; do receiver_mbit <"/tmp/busy-$a.out"; done | awk '{ s += $1 } END { printf "%.2f\n", s }'
@@ -51,33 +84,81 @@ load_mbit() {
 	esac
 }
 
+# cake_on DIRECTION RATE / cake_off DIRECTION: CAKE where shaper would shape.
+cake_on() {
+	if [ "$1" = egress ]; then
+		ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "${2}mbit" besteffort raw
+	else
+		ip -n "$SRC" link add ifb0 type ifb
+		ip -n "$SRC" link set ifb0 up
+		ip netns exec "$SRC" tc qdisc add dev s0 handle ffff: ingress
+		ip netns exec "$SRC" tc filter add dev s0 parent ffff: matchall action mirred egress redirect dev ifb0
+		ip netns exec "$SRC" tc qdisc add dev ifb0 root cake bandwidth "${2}mbit" besteffort raw
+	fi
+}
+cake_off() {
+	if [ "$1" = egress ]; then
+		ip netns exec "$SRC" tc qdisc del dev s0 root
+	else
+		ip netns exec "$SRC" tc qdisc del dev s0 ingress
+		ip -n "$SRC" link del ifb0
+	fi
+}
+
+# shaper_on DIRECTION RATE: shaper where CAKE was (the other direction left at line rate).
+shaper_on() {
+	if [ "$1" = egress ]; then
+		shaper_start --iface s0 --rate "${2}mbit"
+	else
+		shaper_start --iface s0 --rate 10gbit --ingress-rate "${2}mbit"
+	fi
+}
+
+# stopped_control: with "stop" contention, shaper's control loop stops for 2 s mid-run.
+stopped_control() {
+	case " $CONTENTION " in *" stop "*) ;; *) return ;; esac
+	sleep $((SECONDS_PER_RUN / 2))
+	kill -STOP "$SHAPER_PID"
+	sleep 2
+	kill -CONT "$SHAPER_PID"
+}
+
 # above CEILING VALUE: VALUE exceeds CEILING by more than OVER %.
 above() {
 	awk -v c="$1" -v v="$2" -v o="$OVER" 'BEGIN { exit !(v > c * (1 + o / 100)) }'
 }
 
-hogs_start
-log "hogs: $(nproc) busy loops at normal priority"
+case " $CONTENTION " in *" hogs "*) hogs_start ;; esac
+case " $CONTENTION " in *" softirq "*) softirq_start ;; esac
+log "contention: $CONTENTION ($(nproc) CPUs); directions: $DIRECTIONS"
 failed=
-for rate in $RATES; do
-	ceiling=$(tcp_ceiling_mbit "$rate")
-	for load in 1x1 3x8; do
-		ip netns exec "$SRC" tc qdisc replace dev s0 root cake bandwidth "${rate}mbit" besteffort raw
-		cake=$(load_mbit "$load")
-		ip netns exec "$SRC" tc qdisc del dev s0 root
-		shaper_start --iface s0 --rate "${rate}mbit"
-		shaped=$(load_mbit "$load")
-		late=$(ip netns exec "$SRC" shaper stats --iface s0 --json | tr -d ' \n' | sed -n 's/.*"overrun_packets":\([0-9]*\).*/\1/p')
-		shaper_stop
-		log "rate ${rate}mbit $load: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s (overrun packets: $late)"
-		echo "RESULT kernel=$(uname -r) rate_mbit=$rate load=$load shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
-		if within "$cake" "$ceiling" "$TOLERANCE"; then
-			within "$shaped" "$ceiling" "$TOLERANCE" || failed="$failed; ${rate}mbit $load: $shaped not within ${TOLERANCE}% of the ceiling $ceiling"
-		else
-			log "rate ${rate}mbit $load: CAKE does not reach the ceiling either: judged against CAKE only"
-		fi
-		above "$ceiling" "$shaped" && failed="$failed; ${rate}mbit $load: $shaped above the ceiling $ceiling"
-		within "$shaped" "$cake" "$TOLERANCE" || failed="$failed; ${rate}mbit $load: $shaped not within ${TOLERANCE}% of CAKE's $cake"
+for direction in $DIRECTIONS; do
+	stats_iface=
+	[ "$direction" = ingress ] && stats_iface=--ingress
+	for rate in $RATES; do
+		ceiling=$(tcp_ceiling_mbit "$rate")
+		for load in 1x1 3x8; do
+			cake_on "$direction" "$rate"
+			cake=$(load_mbit "$direction" "$load")
+			cake_off "$direction"
+			shaper_on "$direction" "$rate"
+			stopped_control &
+			stopper=$!
+			shaped=$(load_mbit "$direction" "$load")
+			wait "$stopper"
+			late=$(ip netns exec "$SRC" shaper stats --iface s0 $stats_iface --json | tr -d ' \n' | sed -n 's/.*"overrun_packets":\([0-9]*\).*/\1/p')
+			shaper_stop
+			what="$direction ${rate}mbit $load"
+			log "$what: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s (overrun packets: $late)"
+			echo "RESULT kernel=$(uname -r) contention=$(echo $CONTENTION | tr ' ' +) direction=$direction rate_mbit=$rate load=$load shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
+			if within "$cake" "$ceiling" "$TOLERANCE"; then
+				within "$shaped" "$ceiling" "$TOLERANCE" || failed="$failed; $what: $shaped not within ${TOLERANCE}% of the ceiling $ceiling"
+			else
+				log "$what: CAKE does not reach the ceiling either: judged against CAKE only"
+			fi
+			above "$ceiling" "$shaped" && failed="$failed; $what: $shaped above the ceiling $ceiling"
+			within "$shaped" "$cake" "$TOLERANCE" || failed="$failed; $what: $shaped not within ${TOLERANCE}% of CAKE's $cake"
+		done
 	done
 done
 hogs_stop
