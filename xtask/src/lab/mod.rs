@@ -5,7 +5,7 @@
 //! `plan`), boots one VM that runs them all through `lab/runner.sh`, then turns the raw files
 //! that come back into per-run JSON (`results`, with `queues` for the sampled backlogs), a
 //! table, Markdown and PNG plots (`report`, `plot`). `lab report DIR` regenerates the lab
-//! section of docs/benchmarks.md from a run.
+//! section of docs/lab-results.md from a run.
 
 mod dscp;
 mod hostload;
@@ -56,13 +56,13 @@ enum LabCommand {
         #[arg(long)]
         plans: bool,
     },
-    /// Regenerate the lab section of docs/benchmarks.md (and docs/lab/*.png) from a run's
+    /// Regenerate the lab section of docs/lab-results.md (and docs/lab/*.png) from a run's
     /// output directory.
     Report {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
         /// The Markdown file to update between `<!-- lab:begin -->` and `<!-- lab:end -->`.
-        #[arg(long, default_value = "docs/benchmarks.md")]
+        #[arg(long, default_value = "docs/lab-results.md")]
         doc: PathBuf,
     },
 }

@@ -1,5 +1,5 @@
 //! The comparison table (terminal and Markdown) and the reports built around it: a run's own
-//! `report.md`, and the lab section of docs/benchmarks.md.
+//! `report.md`, and the lab section of docs/lab-results.md.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
