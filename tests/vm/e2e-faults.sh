@@ -67,7 +67,9 @@ no_leftovers() {
 	for dev in ifb4s0 seg4s0; do
 		run "$SRC" ip link show "$dev" >/dev/null 2>&1 && fail "$1: $dev left behind"
 	done
-	ls "$RUN_DIR"/*.json >/dev/null 2>&1 && fail "$1: a state file left behind: $(ls "$RUN_DIR")"
+	# State files are named by network namespace (its inode) and interface index.
+	ns_id=$(stat -L -c %i "/run/netns/$SRC")
+	ls "$RUN_DIR/$ns_id"-*.json >/dev/null 2>&1 && fail "$1: a state file left behind: $(ls "$RUN_DIR")"
 	true
 }
 

@@ -163,36 +163,57 @@ ping_ms() {
 			printf "%.2f %.2f\n", v[i50], v[i99] }'
 }
 
-# byte_counters NS DEV: "TX_BYTES STAMPED_BYTES UNSHAPED_PACKETS FQ_BYTES" of DEV now: what the
-# device sent, what shaper stamped, what it passed unshaped, what its fq sent.
+# byte_counters NS DEV: DEV's counters now, "TX_BYTES TX_PACKETS TX_DROPPED STAMPED_BYTES
+# STAMPED_PACKETS UNSHAPED_PACKETS FQ_BYTES FQ_PACKETS": what the device sent (and dropped at
+# transmit), what shaper stamped, what it passed unshaped, what its fq sent. Read once fq has
+# sent what it held (at most 3 s), so that the counters are at rest.
 byte_counters() {
+	i=0
+	while [ $i -lt 60 ] && ! run "$1" tc -s qdisc show dev "$2" |
+		awk '/^qdisc (mq|fq) 5348: root/ { getline; getline; exit !($2 == "0b") }'; do
+		i=$((i + 1))
+		sleep 0.05
+	done
 	tx=$(run "$1" cat "/sys/class/net/$2/statistics/tx_bytes")
+	txp=$(run "$1" cat "/sys/class/net/$2/statistics/tx_packets")
+	txd=$(run "$1" cat "/sys/class/net/$2/statistics/tx_dropped")
 	json=$(run "$1" shaper stats --iface "$2" --json | tr -d ' \n')
 	stamped=$(echo "$json" | sed -n 's/^{[^{]*"bytes":\([0-9]*\).*/\1/p')
+	stampedp=$(echo "$json" | sed -n 's/^{[^{]*"packets":\([0-9]*\).*/\1/p')
 	unshaped=$(echo "$json" | sed -n 's/.*"passed_unshaped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | awk -F: '{ s += $2 } END { print s + 0 }')
-	fq=$(run "$1" tc -s qdisc show dev "$2" | awk '/^qdisc (mq|fq) 5348: root/ { getline; print $2; exit }')
-	echo "$tx $stamped $unshaped $fq"
+	fq=$(run "$1" tc -s qdisc show dev "$2" | awk '/^qdisc (mq|fq) 5348: root/ { getline; print $2, $4; exit }')
+	echo "$tx $txp $txd $stamped $stampedp $unshaped $fq"
 }
 
 # accounting_fault NAME BEFORE AFTER PERCENT: the accounting invariant between two
-# byte_counters of one interface: it sent what shaper stamped plus at most a full frame per
-# packet passed unshaped, and its fq sent the same, within PERCENT. Prints "; what is wrong"
-# when it does not hold (nothing when it does), and a RESULT line on stderr.
+# byte_counters of one interface, within PERCENT:
+# - every packet the device took (sent or dropped at transmit) was stamped by shaper or passed
+#   unshaped by it (GSO packets count once on both sides);
+# - the device sent no more bytes than shaper stamped plus a full frame per unshaped packet
+#   (fewer with GSO: shaper counts a super-packet's headers once per segment, as the wire
+#   carries them, the device once);
+# - fq sent what the device took.
+# Prints "; what is wrong" when it does not hold (nothing when it does), and a RESULT line on
+# stderr.
 accounting_fault() {
 	set -- "$1" $2 $3 "$4"
-	name=$1 tx=$(($6 - $2)) stamped=$(($7 - $3)) unshaped=$(($8 - $4)) fq=$(($9 - $5)) pct=${10}
-	echo "== $name: sent $tx bytes; stamped $stamped, passed unshaped $unshaped packets; fq sent $fq" >&2
-	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx stamped_bytes=$stamped unshaped_packets=$unshaped fq_bytes=$fq" >&2
-	awk -v t="$tx" -v s="$stamped" -v u="$unshaped" -v p="$pct" \
-		'BEGIN { exit !(t >= s * (1 - p / 100) && t <= (s + u * 1514) * (1 + p / 100)) }' ||
-		printf '; %s sent %s bytes, shaper stamped %s and passed %s packets unshaped' "$name" "$tx" "$stamped" "$unshaped"
-	within "$fq" "$tx" "$pct" || printf '; %s sent %s bytes, its fq %s' "$name" "$tx" "$fq"
+	name=$1
+	tx=$((${10} - $2)) txp=$((${11} - $3)) txd=$((${12} - $4)) stamped=$((${13} - $5))
+	stampedp=$((${14} - $6)) unshaped=$((${15} - $7)) fq=$((${16} - $8)) fqp=$((${17} - $9))
+	pct=${18}
+	took=$((txp + txd))
+	echo "== $name: device sent $tx bytes in $txp packets (+$txd dropped); shaper stamped $stamped bytes in $stampedp packets, passed $unshaped unshaped; fq sent $fq bytes in $fqp packets" >&2
+	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx sent_packets=$txp tx_dropped=$txd stamped_bytes=$stamped stamped_packets=$stampedp unshaped_packets=$unshaped fq_bytes=$fq fq_packets=$fqp" >&2
+	within "$took" "$((stampedp + unshaped))" "$pct" ||
+		printf '; %s took %s packets, shaper stamped %s and passed %s unshaped' "$name" "$took" "$stampedp" "$unshaped"
+	awk -v t="$tx" -v s="$stamped" -v u="$unshaped" -v p="$pct" 'BEGIN { exit !(t <= (s + u * 1514) * (1 + p / 100)) }' ||
+		printf '; %s sent %s bytes, more than shaper saw (%s stamped, %s packets unshaped)' "$name" "$tx" "$stamped" "$unshaped"
+	within "$fqp" "$took" "$pct" || printf '; %s took %s packets, its fq sent %s' "$name" "$took" "$fqp"
 }
 
 # check_accounting NS DEV BEFORE WHAT: the accounting invariant (within 1 %) on DEV since
-# BEFORE (a byte_counters), once what fq holds has left; fails naming WHAT.
+# BEFORE (a byte_counters); fails naming WHAT.
 check_accounting() {
-	sleep 1
 	wrong=$(accounting_fault "$2" "$3" "$(byte_counters "$1" "$2")" 1)
 	[ -z "$wrong" ] || fail "$4: accounting$wrong"
 }
