@@ -94,7 +94,11 @@ pub fn run(c: &Config) -> Result<(), String> {
                 let j = i % c.tuples;
                 let per = u64::from(c.sources);
                 let dport = u64::from(c.port) + j / (per * PORTS_PER_SOURCE);
-                ((j % per) as u32, 1024 + ((j / per) % PORTS_PER_SOURCE) as u16, dport as u16)
+                (
+                    (j % per) as u32,
+                    1024 + ((j / per) % PORTS_PER_SOURCE) as u16,
+                    dport as u16,
+                )
             };
             i += 1;
             let src = Ipv4Addr::from(u32::from(c.from).wrapping_add(src));
@@ -123,9 +127,8 @@ pub fn run(c: &Config) -> Result<(), String> {
             })
             .collect();
         // SAFETY: `msgs` holds BATCH valid headers.
-        let n = unsafe {
-            libc::sendmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT)
-        };
+        let n =
+            unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), BATCH as _, libc::MSG_DONTWAIT as _) };
         // A full queue refuses the batch's rest (ENOBUFS, EAGAIN): counted, not retried, as a
         // flood does not care.
         let n = n.max(0) as u64;
@@ -224,9 +227,14 @@ mod tests {
             build(&mut p[..len], kind, src, dst, 4000, 80, 9);
             // Summing a packet with its checksum in place gives all ones.
             let mut sum: u32 = 0;
-            for w in [&src.octets()[..], &dst.octets(), &[0, p[9]], &((len - 20) as u16).to_be_bytes()]
-                .into_iter()
-                .chain([&p[20..len]])
+            for w in [
+                &src.octets()[..],
+                &dst.octets(),
+                &[0, p[9]],
+                &((len - 20) as u16).to_be_bytes(),
+            ]
+            .into_iter()
+            .chain([&p[20..len]])
             {
                 for c in w.chunks(2) {
                     sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));

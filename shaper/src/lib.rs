@@ -12,6 +12,7 @@ pub mod filter;
 pub mod ingress;
 pub mod kernel_btf;
 pub mod link;
+pub mod mapmem;
 pub mod netlink;
 pub mod probe;
 pub mod qdisc;
