@@ -54,6 +54,16 @@ pub enum BpfError {
     Netns(std::io::Error),
 }
 
+impl BpfError {
+    /// Whether the kernel refused an insert because the map is full (E2BIG).
+    pub fn is_map_full(&self) -> bool {
+        matches!(self, BpfError::Map {
+            source: aya::maps::MapError::SyscallError(e),
+            ..
+        } if e.io_error.raw_os_error() == Some(libc::E2BIG))
+    }
+}
+
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |source| BpfError::Map { name, source }
 }

@@ -326,7 +326,15 @@ impl Controller {
             };
             let allocation = guarded.then_some(*allocation_bps);
             let rate = host_rate(dp.config(), allocation, *flow_bps, boost, flags);
-            dp.set_host_rate(key, &rate)?;
+            match dp.set_host_rate(key, &rate) {
+                // The rates map holds max-hosts entries, as the hosts map does, but a walk of
+                // the hosts map while a flood churns it can return more: a host beyond stays at
+                // the newcomer level this tick, and the tick still writes everyone's levels.
+                Err(e) if e.is_map_full() => {
+                    trace!(host = %crate::stats::describe_key(key), "host rates full")
+                }
+                r => r?,
+            }
         }
         Ok(())
     }
