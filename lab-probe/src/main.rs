@@ -23,9 +23,14 @@
 //! [--size BYTES] [--duration S] [--weights W,W,...] ADDR` sends UDP from N local addresses
 //! over K x M flows each, and `lab-probe sink --port P [--ports M] [--warmup S] [--duration S]`
 //! counts what arrives per source (see `blast` and `sink`): the scale benchmark's load.
+//!
+//! `lab-probe flood --kind syn|udp --port P [--from ADDR] [--sources S] [--tuples T]
+//! [--size BYTES] [--pps N] [--duration S] [--seed N] ADDR` sends packets with spoofed source
+//! addresses through a raw socket (see `flood`).
 
 mod blast;
 mod client;
+mod flood;
 mod server;
 mod sink;
 mod sizes;
@@ -48,7 +53,9 @@ const USAGE: &str = "usage: lab-probe server --port PORT [--transfers-port PORT]
        lab-probe blast --from ADDRESS --hosts N [--sockets N] --port PORT [--ports N]
                        --rate BITS_PER_SECOND [--size BYTES] [--duration SECONDS]
                        [--weights W,W,...] [--window SECONDS] ADDRESS
-       lab-probe sink --port PORT [--ports N] [--warmup SECONDS] [--duration SECONDS]";
+       lab-probe sink --port PORT [--ports N] [--warmup SECONDS] [--duration SECONDS]
+       lab-probe flood --kind syn|udp --port PORT [--from ADDRESS] [--sources N] [--tuples N]
+                       [--size BYTES] [--pps N] [--duration SECONDS] [--seed N] ADDRESS";
 
 fn main() -> ExitCode {
     match parse(std::env::args().skip(1).collect()).and_then(execute) {
@@ -71,6 +78,7 @@ enum Command {
     Transfers(transfers::Config),
     Blast(blast::Config),
     Sink(sink::Config),
+    Flood(flood::Config),
     Help,
 }
 
@@ -88,6 +96,7 @@ fn execute(c: Command) -> Result<(), String> {
         }
         Command::Blast(c) => blast::run(&c),
         Command::Sink(c) => sink::run(&c),
+        Command::Flood(c) => flood::run(&c),
         Command::Help => {
             println!("{USAGE}");
             Ok(())
@@ -224,6 +233,43 @@ fn parse(args: Vec<String>) -> Result<Command, String> {
                 ports,
                 warmup,
                 duration,
+            }))
+        }
+        "flood" => {
+            let kind = match flags.take("--kind").as_deref() {
+                Some("syn") => flood::Kind::Syn,
+                Some("udp") => flood::Kind::Udp,
+                _ => return Err(format!("flood needs --kind syn|udp\n{USAGE}")),
+            };
+            let port = flags.port()?;
+            let from = flags.take("--from").unwrap_or_else(|| "10.128.0.0".into());
+            let from: Ipv4Addr = from
+                .parse()
+                .map_err(|_| format!("--from {from}: an IPv4 address"))?;
+            let sources = flags.count("--sources", Some(1 << 23), 1 << 24)?;
+            let tuples = flags.number("--tuples")?.unwrap_or(0);
+            let size = flags.number("--size")?.unwrap_or(1) as usize;
+            if size > 1400 {
+                return Err(format!("--size {size}: at most 1400"));
+            }
+            let pps = flags.number("--pps")?.unwrap_or(0);
+            let duration = flags.seconds("--duration", 10.0)?;
+            let seed = flags.number("--seed")?.unwrap_or(1);
+            let target = match flags.address()? {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(a) => return Err(format!("{a}: flood sends IPv4 only")),
+            };
+            Ok(Command::Flood(flood::Config {
+                kind,
+                from,
+                sources,
+                tuples,
+                port,
+                size,
+                pps,
+                duration,
+                seed,
+                target,
             }))
         }
         "-h" | "--help" | "help" => Ok(Command::Help),

@@ -341,6 +341,11 @@ pub struct Levels {
     pub new_host_ns_per_byte_fp: [u64; MAX_TINS],
     /// Per tin, the guard's slack of such a host ([`HostRate::slack_ns`] at that level).
     pub new_host_slack_ns: [u64; MAX_TINS],
+    /// How long the control loop's previous tick took (from reading the hosts to writing its
+    /// levels), and the longest tick so far, in ns: the loop keeps its interval only while
+    /// they stay below it. For `shaper stats`; the data path does not read them.
+    pub tick_ns: u64,
+    pub max_tick_ns: u64,
 }
 
 impl Levels {
@@ -606,7 +611,7 @@ const _: () = {
     assert!(core::mem::size_of::<HostState>() == 128);
     assert!(core::mem::size_of::<FlowState>() == 104);
     assert!(core::mem::size_of::<HostRate>() == 40);
-    assert!(core::mem::size_of::<Levels>() == 24 + 16 * MAX_TINS);
+    assert!(core::mem::size_of::<Levels>() == 40 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
     assert!(
         core::mem::size_of::<DatapathStats>()

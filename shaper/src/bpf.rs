@@ -79,6 +79,16 @@ fn out_of_memory(e: aya::EbpfError, state: &StateParams) -> BpfError {
     }
 }
 
+impl BpfError {
+    /// Whether the kernel refused an insert because the map is full (E2BIG).
+    pub fn is_map_full(&self) -> bool {
+        matches!(self, BpfError::Map {
+            source: aya::maps::MapError::SyscallError(e),
+            ..
+        } if e.io_error.raw_os_error() == Some(libc::E2BIG))
+    }
+}
+
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |source| BpfError::Map { name, source }
 }
@@ -198,8 +208,16 @@ impl Datapath {
         let name = map_names::HOST_RATES;
         let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
             .map_err(map_err(name))?;
+        // A host the control loop followed but never gave a rate has none to remove: the kernel
+        // answers ENOENT, and failing on it failed every later tick (the same host stays to be
+        // removed), which left the levels of that moment in force until shaper stopped.
         match map.remove(key) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(map_err(name)(e)),
         }
     }
@@ -325,6 +343,7 @@ impl Datapath {
             flows: id(map_names::FLOWS)?,
             host_rates: id(map_names::HOST_RATES)?,
             stats: id(map_names::STATS)?,
+            levels: id(map_names::LEVELS)?,
         })
     }
 
@@ -446,6 +465,14 @@ pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
     let stats =
         PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(data)).map_err(map_err(name))?;
     read_view(&stats)
+}
+
+/// The levels the control plane wrote last, by map id.
+pub fn levels_by_id(id: u32) -> Result<Levels, BpfError> {
+    let name = map_names::LEVELS;
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    let array = Array::<_, Levels>::try_from(Map::Array(data)).map_err(map_err(name))?;
+    array.get(&0, 0).map_err(map_err(name))
 }
 
 /// Hosts (and their states) of a running instance, by map id.

@@ -155,6 +155,9 @@ pub struct Controller {
     epoch: u64,
     last_ns: u64,
     seen: HashMap<FlowKey, Seen>,
+    /// The previous tick's duration and the longest so far (`Levels::tick_ns`).
+    tick_ns: u64,
+    max_tick_ns: u64,
 }
 
 impl Controller {
@@ -166,6 +169,8 @@ impl Controller {
             epoch: 0,
             last_ns: monotonic_now_ns(),
             seen: HashMap::new(),
+            tick_ns: 0,
+            max_tick_ns: 0,
         }
     }
 
@@ -234,6 +239,8 @@ impl Controller {
         let config = *dp.config();
         let mut levels = Levels {
             epoch: self.epoch,
+            tick_ns: self.tick_ns,
+            max_tick_ns: self.max_tick_ns,
             ..Default::default()
         };
         let mut summary = TickSummary {
@@ -272,6 +279,8 @@ impl Controller {
             }
         }
         dp.set_levels(&levels)?;
+        self.tick_ns = monotonic_now_ns().saturating_sub(now);
+        self.max_tick_ns = self.max_tick_ns.max(self.tick_ns);
         Ok(summary)
     }
 
@@ -317,7 +326,15 @@ impl Controller {
             };
             let allocation = guarded.then_some(*allocation_bps);
             let rate = host_rate(dp.config(), allocation, *flow_bps, boost, flags);
-            dp.set_host_rate(key, &rate)?;
+            match dp.set_host_rate(key, &rate) {
+                // The rates map holds max-hosts entries, as the hosts map does, but a walk of
+                // the hosts map while a flood churns it can return more: a host beyond stays at
+                // the newcomer level this tick, and the tick still writes everyone's levels.
+                Err(e) if e.is_map_full() => {
+                    trace!(host = %crate::stats::describe_key(key), "host rates full")
+                }
+                r => r?,
+            }
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ pub mod health;
 pub mod ingress;
 pub mod kernel_btf;
 pub mod link;
+pub mod mapmem;
 pub mod netlink;
 pub mod probe;
 pub mod qdisc;

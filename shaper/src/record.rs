@@ -25,6 +25,9 @@ pub struct MapIds {
     pub hosts: u32,
     pub flows: u32,
     pub host_rates: u32,
+    /// 0 in state files written before it was recorded.
+    #[serde(default)]
+    pub levels: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use serde::Serialize;
 use shaper_common::{
     ackfilter::KeepReason,
     datapath::{
-        DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, PassReason,
+        DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, Levels, PassReason,
         delay_bucket_upper_ns, quantile_bucket,
     },
     diffserv::Diffserv,
@@ -69,6 +69,9 @@ pub struct Report {
     /// The IFB device the ingress direction is shaped on (`--ingress-rate`), whose report is
     /// `shaper stats --iface IF --ingress`.
     pub ingress_ifb: Option<String>,
+    /// The control loop's previous tick and its longest so far (µs); its interval is 100 ms.
+    pub tick_us: Option<u64>,
+    pub max_tick_us: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -166,6 +169,8 @@ impl Report {
                     .collect(),
                 jumped: view.stats.ack_jumped,
             },
+            tick_us: None,
+            max_tick_us: None,
             diffserv: state.diffserv.clone(),
             tins: Diffserv::parse(&state.diffserv)
                 .unwrap_or_default()
@@ -181,6 +186,12 @@ impl Report {
         }
     }
 
+    /// The control loop's timing, from the levels it last wrote.
+    pub fn set_tick(&mut self, levels: &Levels) {
+        self.tick_us = Some(levels.tick_ns / 1_000);
+        self.max_tick_us = Some(levels.max_tick_ns / 1_000);
+    }
+
     pub fn to_text(&self) -> String {
         let list = |m: &std::collections::BTreeMap<&str, u64>| {
             m.iter()
@@ -189,7 +200,7 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  sent ahead of the rate (a stall): {} packets, {:.1} ms of wire time charged\n{}",
+            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  sent ahead of the rate (a stall): {} packets, {:.1} ms of wire time charged\n{}{}",
             self.iface,
             self.ifindex,
             self.pid,
@@ -237,6 +248,14 @@ impl Report {
                     self.iface
                 ),
                 None => String::new(),
+            },
+            match (self.tick_us, self.max_tick_us) {
+                (Some(t), Some(m)) => format!(
+                    "  control loop: last tick {:.1} ms, longest {:.1} ms (interval 100 ms)\n",
+                    t as f64 / 1e3,
+                    m as f64 / 1e3
+                ),
+                _ => String::new(),
             },
         )
     }

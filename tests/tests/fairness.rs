@@ -187,6 +187,17 @@ fn a_new_host_starts_at_the_newcomer_level() {
 }
 
 #[test]
+fn removing_the_rate_of_a_host_that_has_none_succeeds() {
+    // The control loop removes the rate of every host the data path evicted, including hosts
+    // it never gave one (a spoofed host that sent one packet): a failure there fails its tick.
+    let mut h = harness(Isolation::DualDstHost);
+    h.datapath.remove_host_rate(&host_key(CLIENT_A)).unwrap();
+    set_rate(&mut h, CLIENT_A, ns_per_byte_fp(RATE / 10), 0, 0);
+    h.datapath.remove_host_rate(&host_key(CLIENT_A)).unwrap();
+    h.datapath.remove_host_rate(&host_key(CLIENT_A)).unwrap();
+}
+
+#[test]
 fn the_calendar_holds_overbooked_levels_to_the_rate() {
     let mut h = harness(Isolation::Flows);
     // Provisional levels overbook the link fourfold: four flows at the full rate each.

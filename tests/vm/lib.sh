@@ -227,3 +227,24 @@ now_ms() {
 stamped_packets() {
 	run "$1" shaper stats --iface "$2" --json | tr -d ' \n' | sed -n 's/^{[^{]*"packets":\([0-9]*\).*/\1/p'
 }
+
+# json_num KEY: the first number after "KEY": in the JSON on stdin.
+json_num() {
+	tr -d ' \n' | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2
+}
+
+# map_entries NAME: entries of the shaper map NAME in `shaper stats --maps --json` on stdin.
+map_entries() {
+	tr -d ' \n' | sed 's/},{/}\n{/g' | sed -n "s/.*\"name\":\"$1\",\"entries\":\([0-9]*\).*/\1/p"
+}
+
+# rss_kib PID: the resident memory of process PID (VmRSS), in KiB.
+rss_kib() {
+	awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
+}
+
+# memlock_kib PID: what the kernel charges for the BPF maps and programs process PID holds
+# (the memlock lines of its descriptors' fdinfo), in KiB.
+memlock_kib() {
+	cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^memlock:/ { s += $2 } END { printf "%d\n", s / 1024 }'
+}

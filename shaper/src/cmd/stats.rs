@@ -3,7 +3,7 @@
 use crate::{
     bpf, cost,
     link::Interface,
-    probe,
+    mapmem, probe,
     runtime::{self, RuntimeError},
     stats::{self, Report},
 };
@@ -30,6 +30,11 @@ pub struct StatsArgs {
     /// statistics, enabled for the window only.
     #[arg(long, value_name = "DURATION", conflicts_with_all = ["hosts", "flows"])]
     pub cost: Option<String>,
+    /// The per-host and per-flow maps: entries (counted by walking them: seconds for a million
+    /// flows; a walk over a map that traffic is churning counts some keys twice), sizes and the
+    /// memory the kernel charges for them.
+    #[arg(long, conflicts_with_all = ["hosts", "flows", "cost"])]
+    pub maps: bool,
     /// How many hosts or flows to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -94,8 +99,18 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
         let rows = stats::flow_rows(flows, now, args.top);
         return print(rows.as_slice(), args.json, stats::flow_table);
     }
+    if args.maps {
+        let cpus = aya::util::nr_cpus().map_or(1, |n| n as u64);
+        let report = mapmem::report(&state.maps, cpus)?;
+        return print(&report, args.json, mapmem::MapsReport::to_text);
+    }
     let view = bpf::view_by_ids(&state.maps)?;
-    print(&Report::new(&state, &view), args.json, Report::to_text)
+    let mut report = Report::new(&state, &view);
+    // State files written before the levels' id was recorded have none.
+    if state.maps.levels != 0 {
+        report.set_tick(&bpf::levels_by_id(state.maps.levels)?);
+    }
+    print(&report, args.json, Report::to_text)
 }
 
 fn print<T: serde::Serialize + ?Sized>(
