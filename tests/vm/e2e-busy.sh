@@ -135,10 +135,14 @@ measure_pair() {
 	cake=$(load_mbit "$1" "$3")
 	cake_off "$1"
 	shaper_on "$1" "$2"
+	shaped_dev=s0
+	[ "$1" = ingress ] && shaped_dev=ifb4s0
+	counted=$(byte_counters "$SRC" "$shaped_dev")
 	stopped_control &
 	stopper=$!
 	shaped=$(load_mbit "$1" "$3")
 	wait "$stopper"
+	check_accounting "$SRC" "$shaped_dev" "$counted" "$1 ${2}mbit $3"
 	stats_iface=
 	[ "$1" = ingress ] && stats_iface=--ingress
 	late=$(ip netns exec "$SRC" shaper stats --iface s0 $stats_iface --json | tr -d ' \n' | sed -n 's/.*"overrun_packets":\([0-9]*\).*/\1/p')
