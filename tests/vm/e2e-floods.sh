@@ -25,6 +25,8 @@
 #
 # Promises checked for each flood, each a failure with its figures:
 #   - every established host receives at least SHARE % of its fair share;
+#   - every packet the device sent was stamped by shaper or passed unshaped (lib.sh's
+#     accounting_fault);
 #   - the control loop's longest tick (`shaper stats`: max_tick_us) stays under its 100 ms
 #     interval, and none of its ticks fails (shaper logs each failure);
 #   - memory stays bounded: what the kernel charges the shaper process for its maps and
@@ -94,6 +96,7 @@ for phase in $PHASES; do
 		flood_pid=$!
 		sleep 1
 	fi
+	counted=$(byte_counters "$SRC" s0)
 	clients=
 	for a in $HOSTS; do
 		run "$SRC" iperf3 -c "$a" -p 5301 -t "$SECS" -O 1 -P 2 --format m >"/tmp/floods-$a.out" 2>&1 &
@@ -110,6 +113,9 @@ for phase in $PHASES; do
 			printf "%.2f", $12 * (sent + refused) / sent }')
 		[ -n "$flood_mbit" ] || fail "$phase: no report from lab-probe flood: $out"
 	fi
+	# Every packet of the flood and of the hosts passed shaper.
+	wrong=$(accounting_fault s0 "$counted" "$(byte_counters "$SRC" s0)" 1)
+	[ -z "$wrong" ] || failed="$failed; $phase: accounting$wrong"
 	# The maps as the flood left them (a walk over a map being churned counts some keys twice).
 	maps=$(run "$SRC" shaper stats --iface s0 --maps --json)
 	stats=$(run "$SRC" shaper stats --iface s0 --json)
