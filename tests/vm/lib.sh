@@ -164,9 +164,10 @@ ping_ms() {
 }
 
 # byte_counters NS DEV: DEV's counters now, "TX_BYTES TX_PACKETS TX_DROPPED STAMPED_BYTES
-# STAMPED_PACKETS UNSHAPED_PACKETS FQ_BYTES FQ_PACKETS": what the device sent (and dropped at
-# transmit), what shaper stamped, what it passed unshaped, what its fq sent. Read once fq has
-# sent what it held (at most 3 s), so that the counters are at rest.
+# STAMPED_PACKETS UNSHAPED_PACKETS FQ_BYTES FQ_PACKETS FQ_DROPPED": what the device sent (and
+# dropped at transmit), what shaper stamped, what it passed unshaped, what its fq sent (and
+# dropped: a full queue refusing a flood). Read once fq has sent what it held (at most 3 s),
+# so that the counters are at rest.
 byte_counters() {
 	i=0
 	while [ $i -lt 60 ] && ! run "$1" tc -s qdisc show dev "$2" |
@@ -181,14 +182,16 @@ byte_counters() {
 	stamped=$(echo "$json" | sed -n 's/^{[^{]*"bytes":\([0-9]*\).*/\1/p')
 	stampedp=$(echo "$json" | sed -n 's/^{[^{]*"packets":\([0-9]*\).*/\1/p')
 	unshaped=$(echo "$json" | sed -n 's/.*"passed_unshaped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | awk -F: '{ s += $2 } END { print s + 0 }')
-	fq=$(run "$1" tc -s qdisc show dev "$2" | awk '/^qdisc (mq|fq) 5348: root/ { getline; print $2, $4; exit }')
+	fq=$(run "$1" tc -s qdisc show dev "$2" |
+		awk '/^qdisc (mq|fq) 5348: root/ { getline; sub(",", "", $7); print $2, $4, $7; exit }')
 	echo "$tx $txp $txd $stamped $stampedp $unshaped $fq"
 }
 
 # accounting_fault NAME BEFORE AFTER PERCENT: the accounting invariant between two
 # byte_counters of one interface, within PERCENT:
-# - every packet the device took (sent or dropped at transmit) was stamped by shaper or passed
-#   unshaped by it (GSO packets count once on both sides);
+# - every packet that reached fq (the device took it, sent or dropped at transmit, or fq
+#   dropped it) was stamped by shaper or passed unshaped by it (GSO packets count once on
+#   both sides);
 # - the device sent no more bytes than shaper stamped plus a full frame per unshaped packet
 #   (fewer with GSO: shaper counts a super-packet's headers once per segment, as the wire
 #   carries them, the device once);
@@ -198,14 +201,14 @@ byte_counters() {
 accounting_fault() {
 	set -- "$1" $2 $3 "$4"
 	name=$1
-	tx=$((${10} - $2)) txp=$((${11} - $3)) txd=$((${12} - $4)) stamped=$((${13} - $5))
-	stampedp=$((${14} - $6)) unshaped=$((${15} - $7)) fq=$((${16} - $8)) fqp=$((${17} - $9))
-	pct=${18}
+	tx=$((${11} - $2)) txp=$((${12} - $3)) txd=$((${13} - $4)) stamped=$((${14} - $5))
+	stampedp=$((${15} - $6)) unshaped=$((${16} - $7)) fq=$((${17} - $8)) fqp=$((${18} - $9))
+	fqd=$((${19} - ${10})) pct=${20}
 	took=$((txp + txd))
-	echo "== $name: device sent $tx bytes in $txp packets (+$txd dropped); shaper stamped $stamped bytes in $stampedp packets, passed $unshaped unshaped; fq sent $fq bytes in $fqp packets" >&2
-	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx sent_packets=$txp tx_dropped=$txd stamped_bytes=$stamped stamped_packets=$stampedp unshaped_packets=$unshaped fq_bytes=$fq fq_packets=$fqp" >&2
-	within "$took" "$((stampedp + unshaped))" "$pct" ||
-		printf '; %s took %s packets, shaper stamped %s and passed %s unshaped' "$name" "$took" "$stampedp" "$unshaped"
+	echo "== $name: device sent $tx bytes in $txp packets (+$txd dropped); shaper stamped $stamped bytes in $stampedp packets, passed $unshaped unshaped; fq sent $fq bytes in $fqp packets, dropped $fqd" >&2
+	echo "RESULT kernel=$(uname -r) iface=$name sent_bytes=$tx sent_packets=$txp tx_dropped=$txd stamped_bytes=$stamped stamped_packets=$stampedp unshaped_packets=$unshaped fq_bytes=$fq fq_packets=$fqp fq_dropped=$fqd" >&2
+	within "$((took + fqd))" "$((stampedp + unshaped))" "$pct" ||
+		printf '; %s took %s packets (fq dropped %s more), shaper stamped %s and passed %s unshaped' "$name" "$took" "$fqd" "$stampedp" "$unshaped"
 	awk -v t="$tx" -v s="$stamped" -v u="$unshaped" -v p="$pct" 'BEGIN { exit !(t <= (s + u * 1514) * (1 + p / 100)) }' ||
 		printf '; %s sent %s bytes, more than shaper saw (%s stamped, %s packets unshaped)' "$name" "$tx" "$stamped" "$unshaped"
 	within "$fqp" "$took" "$pct" || printf '; %s took %s packets, its fq sent %s' "$name" "$took" "$fqp"
