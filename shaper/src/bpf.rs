@@ -204,6 +204,18 @@ impl Datapath {
         }
     }
 
+    /// Removes a host's entry and its rates: it comes back, if ever, as a new host.
+    pub fn remove_host(&mut self, key: &FlowKey) -> Result<(), BpfError> {
+        let name = map_names::HOSTS;
+        let mut map = HashMap::<_, FlowKey, HostState>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
+        match map.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) => return Err(map_err(name)(e)),
+        }
+        self.remove_host_rate(key)
+    }
+
     pub fn levels(&self) -> Result<Levels, BpfError> {
         let name = map_names::LEVELS;
         let array = Array::<_, Levels>::try_from(self.map(name)?).map_err(map_err(name))?;
