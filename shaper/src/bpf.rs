@@ -198,10 +198,7 @@ impl Datapath {
         let name = map_names::HOST_RATES;
         let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
             .map_err(map_err(name))?;
-        match map.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err(name)(e)),
-        }
+        removed(map.remove(key)).map_err(map_err(name))
     }
 
     /// Removes a host's entry and its rates: it comes back, if ever, as a new host.
@@ -209,10 +206,7 @@ impl Datapath {
         let name = map_names::HOSTS;
         let mut map = HashMap::<_, FlowKey, HostState>::try_from(self.map_mut(name)?)
             .map_err(map_err(name))?;
-        match map.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err(name)(e)),
-        }
+        removed(map.remove(key)).map_err(map_err(name))?;
         self.remove_host_rate(key)
     }
 
@@ -449,6 +443,20 @@ where
         stats: total,
         backlog_ns: total.latest_depart_ns.saturating_sub(monotonic_now_ns()),
     })
+}
+
+/// A removal of a key that is not there (any more) is done: aya reports the kernel's ENOENT as a
+/// failed syscall, not as [`aya::maps::MapError::KeyNotFound`].
+fn removed(result: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match result {
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Reads a running instance's maps by their kernel ids (for `shaper stats`).
