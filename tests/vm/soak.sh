@@ -68,6 +68,14 @@ map_entries() {
 	run "$SRC" shaper stats --iface s0 "--${1}s" --json --top 100000000 | grep -c "\"$1\":"
 }
 
+# cpu_busy_pct: the share of the VM's CPU time that was not idle since the last call.
+CPU_LAST=
+cpu_busy_pct() {
+	now=$(awk '/^cpu / { print $2 + $3 + $4 + $6 + $7 + $8, $5 }' /proc/stat)
+	[ -n "$CPU_LAST" ] && echo "$CPU_LAST $now" | awk '{ b = $3 - $1; i = $4 - $2; printf "%.0f", b * 100 / (b + i) }'
+	CPU_LAST=$now
+}
+
 # rss_kb: shaper's resident memory.
 rss_kb() {
 	awk '/^VmRSS:/ { print $2 }' "/proc/$SHAPER_PID/status"
@@ -92,6 +100,7 @@ for a in $BULK_ADDRS; do
 	shift
 done
 
+cpu_busy_pct
 t0=$(now_ms)
 last_ms=$t0
 last_tx=$(run "$SRC" cat /sys/class/net/s0/statistics/tx_bytes)
@@ -108,7 +117,7 @@ while [ $i -lt "$DURATION" ]; do
 		mbit=$(awk -v b=$((tx - last_tx)) -v ms=$((ms - last_ms)) 'BEGIN { printf "%.2f", b * 8 / ms / 1000 }')
 		sample="$i $mbit $(rss_kb) $(map_entries host) $(map_entries flow) $((i + 2))"
 		echo "$sample" >>/tmp/soak.samples
-		echo "sample t=${i}s wire_mbit=$mbit rss_kb=$(echo "$sample" | cut -d' ' -f3) hosts=$(echo "$sample" | cut -d' ' -f4) flows=$(echo "$sample" | cut -d' ' -f5) hosts_seen=$((i + 2))"
+		echo "sample t=${i}s wire_mbit=$mbit rss_kb=$(echo "$sample" | cut -d' ' -f3) hosts=$(echo "$sample" | cut -d' ' -f4) flows=$(echo "$sample" | cut -d' ' -f5) hosts_seen=$((i + 2)) cpu_busy_pct=$(cpu_busy_pct)"
 		last_tx=$tx last_ms=$ms
 	fi
 	delay=$((t0 + i * 1000 - $(now_ms)))
@@ -158,6 +167,11 @@ awk -v m="$(val max_mbit)" -v r="$RATE_MBIT" 'BEGIN { exit !(m <= r * 1.01) }' |
 [ "$(val hosts_max)" -le "$HOST_BOUND" ] ||
 	failed="$failed; up to $(val hosts_max) hosts in the map after warm-up (end $(val hosts_end)), more than the $HOST_BOUND the churn keeps: hosts that left are not forgotten"
 
+run "$SRC" shaper stats --iface s0
+ticks_failed=$(grep -c "control loop on s0" /tmp/shaper.log)
+log "control ticks failed: $ticks_failed"
+[ "$ticks_failed" -eq 0 ] ||
+	failed="$failed; $ticks_failed control ticks failed, the first: $(grep -m1 "control loop on s0" /tmp/shaper.log)"
 kill -0 "$SHAPER_PID" 2>/dev/null || failed="$failed; shaper exited during the run"
 shaper_stop
 pair_down
