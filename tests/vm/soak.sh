@@ -16,7 +16,8 @@
 # map dump does). Promises, after WARMUP_S:
 #   - resident memory steady: the end sample within RSS_GROWTH_KB of the first after warm-up;
 #   - hosts in the map bounded by the churn, not by the hosts seen: a host's entry goes once it
-#     has been silent for HOST_FORGET_S (shaper/src/control.rs, REMOVE_AFTER_SILENT_TICKS);
+#     has been silent for HOST_FORGET_S (shaper/src/control.rs, REMOVE_AFTER_SILENT_TICKS), so
+#     with one host a second the map holds about as many as a host's seconds there (host_bound);
 #   - the rate error of the last samples equal to that of the first within 1 point;
 #   - no sample above the rate by more than 1 %;
 #   - every byte accounted (tx = stamped + unshaped, lib.sh's accounting_fault, whole run);
@@ -46,10 +47,14 @@ BULK_ADDRS="10.9.0.11 10.9.0.12"
 BULK_PORTS="5202 5203"
 [ "$DURATION" -ge 40 ] || fail "soak.sh: at least 40 seconds"
 
-# Hosts in the map at any time: the two bulk senders, a few of s0's own (IPv6 link-local
-# reports), and one churn host a second for as long as it sends, leaves the control loop's
-# plan (1 s at most) and is kept silent.
-HOST_BOUND=$((2 + 4 + (HOST_SECONDS + 1 + HOST_FORGET_S + 1)))
+# host_bound LIFE_S: hosts in the map at any time, when churn hosts send for up to LIFE_S
+# seconds (HOST_SECONDS, longer when the emulator is slow): the two bulk senders, a few of s0's
+# own (IPv6 link-local reports, one key for what is not IP), and one churn host a second for
+# as long as it sends, leaves the control loop's plan (1 s at most), is kept silent and goes
+# (one tick), one more for the second that is under way.
+host_bound() {
+	echo $((2 + 4 + $1 + 1 + HOST_FORGET_S + 1 + 1))
+}
 
 # pool_addr I: the I-th address of the churn pool (10.10.0.1 ... 10.10.255.250).
 pool_addr() {
@@ -61,8 +66,10 @@ pool_addr() {
 churn_host() {
 	addr=$(pool_addr "$1")
 	ip -n "$SRC" addr add "$addr/32" dev s0 || { echo "$addr: not added" >>/tmp/soak.silent; return; }
+	came=$(now_ms)
 	run "$SRC" ping -q -n -I "$addr" -s 500 -i 0.02 -c $((HOST_SECONDS * 50)) -W 1 10.9.0.2 >/dev/null 2>&1 ||
 		echo "$addr" >>/tmp/soak.silent
+	echo $(($(now_ms) - came)) >>/tmp/soak.lifetimes
 	ip -n "$SRC" addr del "$addr/32" dev s0
 }
 
@@ -93,7 +100,7 @@ shaper_start --iface s0 --rate "${RATE_MBIT}mbit"
 [ "$(cat "/proc/$SHAPER_PID/comm")" = shaper ] || fail "pid $SHAPER_PID is not shaper"
 log "soak: ${DURATION} s at ${RATE_MBIT} Mbit/s, a new host every second, samples every ${SAMPLE_S} s"
 
-rm -f /tmp/soak.silent /tmp/soak.samples
+rm -f /tmp/soak.silent /tmp/soak.samples /tmp/soak.lifetimes
 before=$(byte_counters "$SRC" s0)
 bulk_pids=
 set -- $BULK_PORTS
@@ -158,7 +165,9 @@ figures=$(awk -v w="$WARMUP_S" -v few="$FEW" -v rate="$RATE_MBIT" '
 			hosts[1], hosts[n], hosts_max, flows[1], flows[n], n, k
 	}' /tmp/soak.samples)
 [ "$figures" = too-few-samples ] && fail "too few samples after a warm-up of $WARMUP_S s"
-echo "RESULT kernel=$(uname -r) seconds=$DURATION rate_mbit=$RATE_MBIT $figures hosts_seen=$((DURATION + 2)) host_bound=$HOST_BOUND silent_hosts=$silent"
+life_max_s=$(sort -n /tmp/soak.lifetimes | awk 'END { printf "%d", ($1 + 999) / 1000 }')
+HOST_BOUND=$(host_bound "$life_max_s")
+echo "RESULT kernel=$(uname -r) seconds=$DURATION rate_mbit=$RATE_MBIT $figures hosts_seen=$((DURATION + 2)) host_life_max_s=$life_max_s host_bound=$HOST_BOUND silent_hosts=$silent"
 val() { echo "$figures" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 awk -v s="$(val start_err_pct)" -v e="$(val end_err_pct)" 'BEGIN { d = e - s; exit !(d <= 1 && d >= -1) }' ||
