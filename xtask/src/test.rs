@@ -4,8 +4,8 @@
 //!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root).
 //! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer).
 //! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
-//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
-//!    so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
+//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh` and a minute of
+//!    `tests/vm/soak.sh`, each in its own boot so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
 //!    built static) on each kernel's own verifier and BPF_PROG_TEST_RUN.
 //! 4. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
 //!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
