@@ -78,12 +78,12 @@ map_entries() {
 	run "$SRC" shaper stats --iface s0 "--${1}s" --json --top 100000000 | grep -c "\"$1\":"
 }
 
-# cpu_busy_pct: the share of the VM's CPU time that was not idle since the last call.
-CPU_LAST=
-cpu_busy_pct() {
-	now=$(awk '/^cpu / { print $2 + $3 + $4 + $6 + $7 + $8, $5 }' /proc/stat)
-	[ -n "$CPU_LAST" ] && echo "$CPU_LAST $now" | awk '{ b = $3 - $1; i = $4 - $2; printf "%.0f", b * 100 / (b + i) }'
-	CPU_LAST=$now
+# cpu_times: the VM's "BUSY IDLE" CPU time so far; busy_pct BEFORE AFTER: the share busy between.
+cpu_times() {
+	awk '/^cpu / { print $2 + $3 + $4 + $6 + $7 + $8, $5 }' /proc/stat
+}
+busy_pct() {
+	echo "$1 $2" | awk '{ b = $3 - $1; i = $4 - $2; printf "%.0f", b * 100 / (b + i) }'
 }
 
 # rss_kb: shaper's resident memory.
@@ -110,7 +110,7 @@ for a in $BULK_ADDRS; do
 	shift
 done
 
-cpu_busy_pct
+last_cpu=$(cpu_times)
 t0=$(now_ms)
 last_ms=$t0
 last_tx=$(run "$SRC" cat /sys/class/net/s0/statistics/tx_bytes)
@@ -127,8 +127,9 @@ while [ $i -lt "$DURATION" ]; do
 		mbit=$(awk -v b=$((tx - last_tx)) -v ms=$((ms - last_ms)) 'BEGIN { printf "%.2f", b * 8 / ms / 1000 }')
 		sample="$i $mbit $(rss_kb) $(map_entries host) $(map_entries flow) $((i + 2))"
 		echo "$sample" >>/tmp/soak.samples
-		echo "sample t=${i}s wire_mbit=$mbit rss_kb=$(echo "$sample" | cut -d' ' -f3) hosts=$(echo "$sample" | cut -d' ' -f4) flows=$(echo "$sample" | cut -d' ' -f5) hosts_seen=$((i + 2)) cpu_busy_pct=$(cpu_busy_pct)"
-		last_tx=$tx last_ms=$ms
+		cpu=$(cpu_times)
+		echo "sample t=${i}s wire_mbit=$mbit rss_kb=$(echo "$sample" | cut -d' ' -f3) hosts=$(echo "$sample" | cut -d' ' -f4) flows=$(echo "$sample" | cut -d' ' -f5) hosts_seen=$((i + 2)) cpu_busy_pct=$(busy_pct "$last_cpu" "$cpu")"
+		last_tx=$tx last_ms=$ms last_cpu=$cpu
 	fi
 	delay=$((t0 + i * 1000 - $(now_ms)))
 	[ $delay -gt 0 ] && sleep "$(awk -v d=$delay 'BEGIN { printf "%.2f", d / 1000 }')"
