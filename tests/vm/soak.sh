@@ -7,8 +7,8 @@
 # pairs on egress). Two bulk TCP flows from two fixed source addresses on s0 (iperf3 -B, each to
 # its own iperf3 server) run for the whole duration. Meanwhile a new host comes every second:
 # a fresh source address from a pool of 64,000 is added to s0, pings dst with 500-byte
-# packets every 20 ms for HOST_SECONDS (0.2 Mbit/s), and is removed; so the hosts map sees one more
-# distinct host every second.
+# packets every 20 ms for HOST_SECONDS (0.2 Mbit/s), and is removed; so the hosts map sees one
+# more distinct host every second.
 #
 # Every SAMPLE_S seconds it samples the wire rate of s0 (tx_bytes), shaper's VmRSS, and the
 # hosts and flows in the data path's maps, counted as `shaper stats --hosts/--flows --json`
@@ -18,7 +18,8 @@
 #   - hosts in the map bounded by the churn, not by the hosts seen: a host's entry goes once it
 #     has been silent for HOST_FORGET_S (shaper/src/control.rs, REMOVE_AFTER_SILENT_TICKS), so
 #     with one host a second the map holds about as many as a host's seconds there (host_bound);
-#   - the rate error of the last samples equal to that of the first within 1 point;
+#   - the rate error of the last samples equal to that of the first within 1 point (a machine
+#     so loaded that the VM cannot offer the rate fails it: the samples then follow the load);
 #   - no sample above the rate by more than 1 %;
 #   - every byte accounted (tx = stamped + unshaped, lib.sh's accounting_fault, whole run);
 #   - both bulk flows lived through the run, and (nearly) every churn host got replies.
