@@ -208,18 +208,16 @@ impl Datapath {
         let name = map_names::HOST_RATES;
         let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
             .map_err(map_err(name))?;
-        // A host the control loop followed but never gave a rate has none to remove: the kernel
-        // answers ENOENT, and failing on it failed every later tick (the same host stays to be
-        // removed), which left the levels of that moment in force until shaper stopped.
-        match map.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(map_err(name)(e)),
-        }
+        removed(map.remove(key)).map_err(map_err(name))
+    }
+
+    /// Removes a host's entry and its rates: it comes back, if ever, as a new host.
+    pub fn remove_host(&mut self, key: &FlowKey) -> Result<(), BpfError> {
+        let name = map_names::HOSTS;
+        let mut map = HashMap::<_, FlowKey, HostState>::try_from(self.map_mut(name)?)
+            .map_err(map_err(name))?;
+        removed(map.remove(key)).map_err(map_err(name))?;
+        self.remove_host_rate(key)
     }
 
     pub fn levels(&self) -> Result<Levels, BpfError> {
@@ -456,6 +454,20 @@ where
         stats: total,
         backlog_ns: total.latest_depart_ns.saturating_sub(monotonic_now_ns()),
     })
+}
+
+/// A removal of a key that is not there (any more) is done: aya reports the kernel's ENOENT as a
+/// failed syscall, not as [`aya::maps::MapError::KeyNotFound`].
+fn removed(result: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match result {
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Reads a running instance's maps by their kernel ids (for `shaper stats`).

@@ -29,6 +29,13 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 /// once it has left the plan (see [`crate::sampling`]).
 const FORGET_AFTER_IDLE_TICKS: usize = 2;
 
+/// Ticks a host may stay silent (10 s) before its entry in the data path's hosts map is
+/// removed. Forgotten, it already comes back as a newcomer; its entry would otherwise stay
+/// until the LRU map is full (`max-hosts`, 65,536 by default), and every tick walks the whole
+/// map: a server that had seen 65,536 clients read them all ten times a second, and kept a
+/// window for each. Removed, a host that comes back gets a zeroed entry, as after an eviction.
+const REMOVE_AFTER_SILENT_TICKS: u32 = 100;
+
 /// The levels for one interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
@@ -94,6 +101,8 @@ struct Seen {
     boost: f64,
     /// Whether its levels are written (until it has been idle long enough to be forgotten).
     measured: bool,
+    /// Ticks since its last packet (not bounded by its window).
+    silent_ticks: u32,
 }
 
 impl Default for Seen {
@@ -102,6 +111,7 @@ impl Default for Seen {
             window: HostWindow::default(),
             boost: 1.0,
             measured: false,
+            silent_ticks: 0,
         }
     }
 }
@@ -196,13 +206,20 @@ impl Controller {
             self.seen.remove(&key);
         }
         let mut active: Vec<(FlowKey, HostSample)> = Vec::new();
+        let mut silent: Vec<FlowKey> = Vec::new();
         for (key, state) in current {
             // A host seen for the first time was created during this tick: its counters are
             // all this tick's.
             let seen = self.seen.entry(key).or_default();
             seen.window.record(state, dt_s);
+            seen.silent_ticks = match seen.window.idle_ticks() {
+                0 => 0,
+                _ => seen.silent_ticks.saturating_add(1),
+            };
             if let Some(sample) = seen.window.sample() {
                 active.push((key, sample));
+            } else if seen.silent_ticks >= REMOVE_AFTER_SILENT_TICKS {
+                silent.push(key);
             } else if seen.measured && seen.window.idle_ticks() >= FORGET_AFTER_IDLE_TICKS {
                 // Forgotten: it comes back at the newcomer level. Its window restarts from its
                 // counters now, so that its return is not read as everything it ever sent.
@@ -211,6 +228,10 @@ impl Controller {
                 seen.boost = 1.0;
                 seen.window = HostWindow::since(state);
             }
+        }
+        for key in silent {
+            dp.remove_host(&key)?;
+            self.seen.remove(&key);
         }
         // Tins first (each tin's hosts are levelled within what the tin may use), then hosts,
         // then flows.

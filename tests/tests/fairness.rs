@@ -583,3 +583,49 @@ fn hosts_go_ahead_only_where_a_bottlenecked_host_can_be_pushed() {
     assert_ne!(host_flags_of(&h, CLIENT_B) & host_flags::AHEAD, 0);
     assert_ne!(host_flags_of(&h, CLIENT_C) & host_flags::AHEAD, 0);
 }
+
+#[test]
+fn a_silent_host_is_removed_from_the_hosts_map() {
+    let mut h = harness(Isolation::DualDstHost);
+    let mut control = Controller::new(RATE, Isolation::DualDstHost, Diffserv::Besteffort);
+    let mut tick = |h: &mut Harness| {
+        std::thread::sleep(std::time::Duration::from_millis(12));
+        control.tick(&mut h.datapath).expect("tick");
+    };
+    let hosts = |h: &Harness| {
+        let ids = h.datapath.map_ids().expect("map ids");
+        let keys: Vec<FlowKey> = shaper::bpf::hosts_by_id(ids.hosts)
+            .expect("hosts")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        (
+            keys.contains(&host_key(CLIENT_A)),
+            keys.contains(&host_key(CLIENT_B)),
+        )
+    };
+    tick(&mut h);
+    send(&mut h, CLIENT_A, 1);
+    send(&mut h, CLIENT_B, 1);
+    tick(&mut h);
+    assert_eq!(hosts(&h), (true, true));
+    // B keeps sending a packet a tick; A falls silent. A's entry stays for 10 s of ticks
+    // (forgotten, not removed), then goes; B's stays.
+    for _ in 0..99 {
+        send(&mut h, CLIENT_B, 1);
+        tick(&mut h);
+    }
+    assert_eq!(hosts(&h), (true, true), "removed before 10 s of silence");
+    send(&mut h, CLIENT_B, 1);
+    tick(&mut h);
+    send(&mut h, CLIENT_B, 1);
+    tick(&mut h);
+    assert_eq!(
+        hosts(&h),
+        (false, true),
+        "the silent host is still in the map"
+    );
+    // It comes back as a new host, with an entry of its own.
+    send(&mut h, CLIENT_A, 1);
+    assert_eq!(hosts(&h), (true, true));
+}

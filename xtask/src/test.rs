@@ -4,8 +4,8 @@
 //!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root).
 //! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer).
 //! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
-//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own boot
-//!    so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
+//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh` and a minute of
+//!    `tests/vm/soak.sh`, each in its own boot so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
 //!    built static) on each kernel's own verifier and BPF_PROG_TEST_RUN.
 //! 4. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
 //!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
@@ -24,15 +24,17 @@ use crate::{
 /// Seconds each fuzz target runs: enough to pass every seed and reach its shallow bugs again.
 const FUZZ_SECONDS: u64 = 20;
 
-/// The VM end-to-end scripts, run on every kernel.
-const VM_SCRIPTS: &[&str] = &[
-    "tests/vm/e2e-rate.sh",
-    "tests/vm/e2e-restore.sh",
-    "tests/vm/e2e-ingress.sh",
-    "tests/vm/e2e-forward.sh",
-    "tests/vm/e2e-ackfilter.sh",
-    "tests/vm/e2e-accounting.sh",
-    "tests/vm/e2e-faults.sh",
+/// The VM end-to-end scripts, run on every kernel: each a script and its arguments.
+const VM_SCRIPTS: &[&[&str]] = &[
+    &["tests/vm/e2e-rate.sh"],
+    &["tests/vm/e2e-restore.sh"],
+    &["tests/vm/e2e-ingress.sh"],
+    &["tests/vm/e2e-forward.sh"],
+    &["tests/vm/e2e-ackfilter.sh"],
+    &["tests/vm/e2e-accounting.sh"],
+    &["tests/vm/e2e-faults.sh"],
+    // A minute of the soak (docs/notebook/soak.md has the 30-minute runs).
+    &["tests/vm/soak.sh", "60"],
 ];
 
 /// The bad-input test in the VM, and the frames it runs per test there: a tenth of the full
@@ -109,12 +111,16 @@ pub fn run(o: &Options) -> Result<()> {
         };
         let bpf_fuzz = dist::build_bpf_fuzz().inspect_err(|e| eprintln!("{e:#}"));
         for kernel in kernels {
-            for script in VM_SCRIPTS {
-                println!("== {script} on Linux {kernel}");
+            for (script, args) in VM_SCRIPTS.iter().filter_map(|c| c.split_first()) {
+                let name = [&[*script], args].concat().join(" ");
+                println!("== {name} on Linux {kernel}");
                 let started = Instant::now();
-                let spec = VmSpec::new(kernel, vec![root.join(script).display().to_string()]);
-                let passed = script_passed(&spec, script);
-                record(format!("{script} on {kernel}"), started, passed);
+                let command = std::iter::once(root.join(script).display().to_string())
+                    .chain(args.iter().map(|a| a.to_string()))
+                    .collect();
+                let spec = VmSpec::new(kernel, command);
+                let passed = script_passed(&spec, &name);
+                record(format!("{name} on {kernel}"), started, passed);
             }
             let script = BPF_FUZZ_SCRIPT;
             println!("== {script} on Linux {kernel}");
