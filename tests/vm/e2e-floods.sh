@@ -92,8 +92,11 @@ for phase in $PHASES; do
 	flood_mbit=0
 	if [ "$phase" != none ]; then
 		# shellcheck disable=SC2046
-		run "$SRC" nice -n 19 lab-probe flood $(flood_args "$phase") --duration $((SECS + 3)) "$VICTIM" >/tmp/flood.out 2>&1 &
+		run "$SRC" lab-probe flood $(flood_args "$phase") --duration $((SECS + 3)) "$VICTIM" >/tmp/flood.out 2>&1 &
 		flood_pid=$!
+		# At nice 19 (`ip netns exec` execs the flooder, so this is its pid; the VM has renice,
+		# not nice).
+		renice -n 19 -p "$flood_pid" >/dev/null
 		sleep 1
 	fi
 	counted=$(byte_counters "$SRC" s0)
