@@ -24,7 +24,6 @@ pub const SHAPER_HANDLE: u32 = 0x5348_0000;
 
 const TCA_FQ_PLIMIT: u16 = 1;
 const TCA_FQ_FLOW_PLIMIT: u16 = 2;
-const TCA_FQ_RATE_ENABLE: u16 = 5;
 const TCA_FQ_HORIZON: u16 = 14;
 const TCA_FQ_HORIZON_DROP: u16 = 15;
 
@@ -244,14 +243,6 @@ fn fq_attrs(params: &FqParams) -> Attrs {
     options
         .put_u32(TCA_FQ_PLIMIT, params.limit_packets)
         .put_u32(TCA_FQ_FLOW_PLIMIT, params.flow_limit_packets)
-        // `nopacing`: shaper's timestamps are the pacing. With fq's own pacing on, fq tells
-        // every socket it sees to pace itself (SK_PACING_FQ), and TCP then stamps its packets
-        // at its own estimate of the rate (1.2-2 times cwnd/RTT); time its pacing loses to a
-        // scheduling delay is lost to the link, and under the shaper the link has no spare
-        // rate to make it up. Without it TCP leaves pacing to the qdisc, as under CAKE;
-        // congestion controls that pace for themselves (BBR) still do. fq honours the
-        // timestamps either way.
-        .put_u32(TCA_FQ_RATE_ENABLE, 0)
         .put_u32(TCA_FQ_HORIZON, params.horizon_us)
         .put_u8(TCA_FQ_HORIZON_DROP, 1);
     let mut attrs = Attrs::default();
