@@ -90,6 +90,8 @@ failed=
 efficiency=1
 for phase in $PHASES; do
 	flood_mbit=0
+	# Read while nothing is sent: the counters are read one after the other.
+	counted=$(byte_counters "$SRC" s0)
 	if [ "$phase" != none ]; then
 		# shellcheck disable=SC2046
 		run "$SRC" lab-probe flood $(flood_args "$phase") --duration $((SECS + 3)) "$VICTIM" >/tmp/flood.out 2>&1 &
@@ -99,7 +101,6 @@ for phase in $PHASES; do
 		renice -n 19 -p "$flood_pid" >/dev/null
 		sleep 1
 	fi
-	counted=$(byte_counters "$SRC" s0)
 	clients=
 	for a in $HOSTS; do
 		run "$SRC" iperf3 -c "$a" -p 5301 -t "$SECS" -O 1 -P 2 --format m >"/tmp/floods-$a.out" 2>&1 &
