@@ -78,9 +78,13 @@ pub fn run(o: &Options) -> Result<()> {
 
     let started = Instant::now();
     println!("== unit and BPF tests (cargo test)");
+    // One test at a time: many BPF tests measure the real clock between test runs (a packet's
+    // departure against the next one's, a bin's edge with a millisecond of margin), and on a
+    // two-core machine a neighbouring test's work is a scheduling delay that moves them.
     let status = Command::new("cargo")
         .current_dir(&root)
-        .args(["test", "--workspace", "--exclude", "shaper-ebpf"])
+        .args(["test", "--workspace", "--exclude", "shaper-ebpf", "--"])
+        .arg("--test-threads=1")
         .status()?;
     record(
         "unit and BPF_PROG_TEST_RUN tests".into(),
