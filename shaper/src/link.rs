@@ -246,25 +246,32 @@ const ETH_HEADER_BYTES: u32 = 14;
 /// A full Ethernet frame: the unit of the GSO budget.
 const FRAME_BYTES: u32 = 1_500 + ETH_HEADER_BYTES;
 
-/// Longest a GSO super-packet may occupy the wire at the configured rate. One timestamp covers
-/// the whole super-packet: 64 KB at 50 Mbit/s is 10 ms released at once, which a downstream
-/// bottleneck turns into latency. What matters more is the time at a flow's own pace: a flow
-/// keeps about two packets queued (TCP Small Queues), so its queue, the one the AQM keeps near
-/// its target, is two super-packets at its share. With N flows that is 2·N·budget: 125 µs keeps
-/// 16 flows at 4 ms. CAKE splits GSO below 1 Gbit/s for the same reason; from clsact shaper
-/// cannot split, so it asks TCP to build smaller packets: one frame at 100 Mbit/s, ten at
-/// 1 Gbit/s, unchanged above 4 Gbit/s.
-pub const GSO_BUDGET_NS: u64 = 125_000;
+/// Longest a packet GRO builds on the shaped device's receive path may occupy the wire at the
+/// ingress rate. One timestamp covers the whole packet, and what leaves the IFB together reaches
+/// the receiver together: its ACKs come back in a clump and the remote sender, clocked by them,
+/// bursts into the bottleneck upstream. CAKE splits GSO below 1 Gbit/s for the same reason; GRO
+/// is held to this before it builds: about ten frames at 1 Gbit/s, no merging at 100 Mbit/s.
+pub const GRO_BUDGET_NS: u64 = 125_000;
 
-/// The longest burst a packet built elsewhere may make, stamped whole: longer ones are split
-/// into frames by the segmenter (see `segmenter`). Not [`GSO_BUDGET_NS`]: that bounds the
-/// queue local TCP keeps per flow, two packets of the flow's own building, and costs nothing
-/// (TCP builds smaller packets). A forwarded packet's burst only delays what follows it into the
-/// next bottleneck, by at most this; splitting costs a software segmentation and a pass
-/// through an IFB per frame, which at high rates is CPU better spent elsewhere. 1 ms splits
-/// every super-packet at 10 Mbit/s, those over 4 frames at 50 Mbit/s, over 23 at 280 Mbit/s,
-/// none from 524 Mbit/s (CAKE: all of them below 1 Gbit/s, where 64 KB is 0.5 ms).
+/// The longest burst a packet may make stamped whole, whoever built it: local TCP (its GSO
+/// limits are lowered to it) or another host (a forwarded TSO or GRO packet longer than it is
+/// split into frames by the segmenter, see `segmenter`). A burst only delays what follows it into
+/// the next bottleneck, by at most this. Splitting costs a software segmentation and a pass
+/// through an IFB per frame, CPU better spent elsewhere at high rates: 1 ms splits every
+/// super-packet at 10 Mbit/s, those over 4 frames at 50 Mbit/s, over 23 at 280 Mbit/s, none from
+/// 524 Mbit/s (CAKE: all of them below 1 Gbit/s, where 64 KB is 0.5 ms).
+///
+/// Local TCP is never held below [`TCP_MIN_SEGS`] per packet: TCP Small Queues lets a socket
+/// keep about two of its own packets below it (or a millisecond at its pacing rate), so the
+/// packets' size is how long the link stays busy when the socket is next served late. Packets
+/// of one frame left one flow under a millisecond of queue, and on a busy CPU every later
+/// wake-up of the socket idled the link; where a packet of [`TCP_MIN_SEGS`] is longer than the
+/// burst, the segmenter gives its frames their own departures, as CAKE's split-gso does.
 pub const SEGMENT_BURST_NS: u64 = 1_000_000;
+
+/// The fewest segments TCP puts in a packet it builds (the kernel's `tcp_min_tso_segs`
+/// default): the GSO limits shaper sets never go below it.
+pub const TCP_MIN_SEGS: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GsoLimits {
@@ -280,17 +287,20 @@ impl GsoLimits {
         max_segs: u16::MAX as u32,
     };
 
-    /// The limits for shaping at `rate_bps`: a super-packet of at most [`GSO_BUDGET_NS`] of
-    /// wire time, never less than one frame, never more than the device allows now. `None`
-    /// when the current limits are already within the budget (nothing to change).
+    /// The limits for shaping at `rate_bps`: a super-packet of at most [`SEGMENT_BURST_NS`] of
+    /// wire time, never less than [`TCP_MIN_SEGS`] frames, never more than the device allows
+    /// now. `None` when the current limits are already within the budget (nothing to change).
     pub fn for_rate(rate_bps: u64, current: GsoLimits) -> Option<GsoLimits> {
-        let budget = budget_bytes(rate_bps);
+        let budget = bytes_in(rate_bps, SEGMENT_BURST_NS);
         if budget >= GSO_MAX_BYTES as u64 {
             return None;
         }
-        let segs = (budget / FRAME_BYTES as u64).clamp(1, u16::MAX as u64) as u32;
-        // TCP keeps room for its headers below the size limit; two frames always fit.
-        let size = budget.clamp(2 * FRAME_BYTES as u64, GSO_MAX_BYTES as u64) as u32;
+        let segs = (budget / FRAME_BYTES as u64).clamp(TCP_MIN_SEGS as u64, u16::MAX as u64) as u32;
+        // TCP keeps room for its headers below the size limit.
+        let size = budget.clamp(
+            TCP_MIN_SEGS as u64 * FRAME_BYTES as u64,
+            GSO_MAX_BYTES as u64,
+        ) as u32;
         let wanted = GsoLimits {
             max_size: size.min(current.max_size),
             max_segs: segs.min(current.max_segs),
@@ -319,11 +329,6 @@ impl GsoLimits {
     }
 }
 
-/// Bytes of wire time [`GSO_BUDGET_NS`] holds at `rate_bps`.
-fn budget_bytes(rate_bps: u64) -> u64 {
-    bytes_in(rate_bps, GSO_BUDGET_NS)
-}
-
 fn bytes_in(rate_bps: u64, ns: u64) -> u64 {
     (rate_bps as u128 * ns as u128 / 8_000_000_000) as u64
 }
@@ -338,12 +343,12 @@ pub struct GroLimits {
 
 impl GroLimits {
     /// The limits for shaping the device's incoming traffic at `rate_bps`. A packet GRO builds
-    /// gets one departure time, like a GSO packet, so it is held to the same wire-time budget
-    /// ([`GSO_BUDGET_NS`]); a budget under one frame means GRO merges nothing (the kernel
+    /// gets one departure time, like a GSO packet, so it is held to a wire-time budget
+    /// ([`GRO_BUDGET_NS`]); a budget under one frame means GRO merges nothing (the kernel
     /// stops merging once the packet would reach the limit). This is what CAKE's split-gso
     /// does to forwarded super-packets, done before they are built. `None`: nothing to change.
     pub fn for_rate(rate_bps: u64, current: GroLimits) -> Option<GroLimits> {
-        let budget = budget_bytes(rate_bps);
+        let budget = bytes_in(rate_bps, GRO_BUDGET_NS);
         if budget >= GSO_MAX_BYTES as u64 {
             return None;
         }
@@ -495,23 +500,39 @@ mod tests {
     }
 
     #[test]
-    fn gso_is_limited_to_the_budget_at_the_rate() {
-        // 1 Gbit/s: 15.6 KB, 10 frames.
+    fn gso_is_limited_to_the_burst_at_the_rate_and_never_below_tcps_two_segments() {
+        // From 524 Mbit/s 64 KB is under a millisecond: left alone.
+        assert_eq!(GsoLimits::for_rate(1_000_000_000, DEFAULT), None);
+        // 280 Mbit/s: 35 KB, 23 frames, as the segmenter's threshold (nothing local is split).
         assert_eq!(
-            GsoLimits::for_rate(1_000_000_000, DEFAULT),
+            GsoLimits::for_rate(280_000_000, DEFAULT),
             Some(GsoLimits {
-                max_size: 15_625,
-                max_segs: 10
+                max_size: 35_000,
+                max_segs: 23
             })
         );
-        // 100 Mbit/s and below: one frame per packet (TCP's two-segment minimum is
-        // overridden by segs).
-        for rate in [100_000_000, 10_000_000] {
+        assert_eq!(
+            GsoLimits::for_rate(73_000_000, DEFAULT),
+            Some(GsoLimits {
+                max_size: 9_125,
+                max_segs: 6
+            })
+        );
+        // 30 Mbit/s: two frames' time; below, TCP's own minimum of two segments (split by the
+        // segmenter, as that is over the burst).
+        assert_eq!(
+            GsoLimits::for_rate(30_000_000, DEFAULT),
+            Some(GsoLimits {
+                max_size: 3_750,
+                max_segs: 2
+            })
+        );
+        for rate in [10_000_000, 1_000_000] {
             assert_eq!(
                 GsoLimits::for_rate(rate, DEFAULT),
                 Some(GsoLimits {
                     max_size: 3_028,
-                    max_segs: 1
+                    max_segs: 2
                 })
             );
         }
@@ -520,8 +541,8 @@ mod tests {
     #[test]
     fn largest_packet_is_the_limits_in_frames_and_at_least_two() {
         assert_eq!(DEFAULT.largest_packet_bytes(1_514), 65_536 + 1_514);
-        let gig = GsoLimits::for_rate(1_000_000_000, DEFAULT).unwrap();
-        assert_eq!(gig.largest_packet_bytes(1_514), 10 * 1_514);
+        let fast = GsoLimits::for_rate(280_000_000, DEFAULT).unwrap();
+        assert_eq!(fast.largest_packet_bytes(1_514), 23 * 1_514);
         let slow = GsoLimits::for_rate(1_000_000, DEFAULT).unwrap();
         assert_eq!(slow.largest_packet_bytes(1_514), 2 * 1_514);
         let few = GsoLimits {
@@ -532,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn gro_is_held_to_the_same_budget() {
+    fn gro_is_held_to_its_budget() {
         let default = GroLimits {
             max_size: 65_536,
             ipv4_max_size: Some(65_536),
@@ -572,14 +593,14 @@ mod tests {
         // Only ever lowered: a device limit below the budget is kept.
         assert_eq!(
             GsoLimits::for_rate(
-                1_000_000_000,
+                100_000_000,
                 GsoLimits {
                     max_size: 65_536,
                     max_segs: 4
                 }
             ),
             Some(GsoLimits {
-                max_size: 15_625,
+                max_size: 12_500,
                 max_segs: 4
             })
         );

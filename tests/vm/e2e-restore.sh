@@ -11,8 +11,8 @@ check_round_trip() {
 	shaper_start --iface s0 --rate 100mbit
 	during=$(qdisc_state s0)
 	echo "$during" | grep -q "5348:" || fail "$1: shaper's qdisc not installed: $during"
-	# At 100 Mbit/s a GSO packet may take 125 us of wire: one segment (and room for TCP's two).
-	[ "$(gso_state s0)" = "gso_max_size 3028 gso_max_segs 1" ] || fail "$1: GSO not lowered: $(gso_state s0)"
+	# At 100 Mbit/s a GSO packet may take 1 ms of wire: 12,500 bytes, eight frames.
+	[ "$(gso_state s0)" = "gso_max_size 12500 gso_max_segs 8" ] || fail "$1: GSO not lowered: $(gso_state s0)"
 	shaper_stop
 	after=$(qdisc_state s0)
 	[ "$after" = "$before" ] || fail "$1: not restored
