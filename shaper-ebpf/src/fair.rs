@@ -15,16 +15,15 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
+    abi::{FlowKey, FlowState, HostRate, HostState, LENT, Levels, ShaperConfig, host_flags},
     ackfilter,
     aqm::{self, DataReach, Verdict},
     branchless,
-    datapath::{
-        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
-        ShaperConfig, ack_round_ns, host_flags,
-    },
     diffserv::MAX_TINS,
     edt,
     isolation::{Isolation, fields},
+    sizing::{FLOW_CREDIT_NS, ack_round_ns},
+    stats::DropReason,
 };
 
 use crate::{
@@ -143,7 +142,7 @@ pub fn schedule(
                 // of evicting other hosts' state.
                 flow_key.src_port = (flow_key.src_port ^ flow_key.dst_port) % OVERFLOW_BUCKETS;
                 flow_key.dst_port = 0;
-                flow_key._pad[0] = 1;
+                flow_key.overflow = 1;
             }
             match entry(&FLOWS, &flow_key) {
                 Some((f, _)) => f,
@@ -635,8 +634,9 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
             (false, true) => 6,
             (false, false) => 4,
         },
+        overflow: 0,
         // Hosts and flows are per tin, as in CAKE (a host's voice and bulk traffic are two).
-        _pad: [0, info.tin],
+        tin: info.tin,
     }
 }
 

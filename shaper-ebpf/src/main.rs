@@ -31,10 +31,12 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
+    abi::ShaperConfig,
     branchless,
-    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket, program_slots},
     diffserv::MAX_TINS,
     edt,
+    names::program_slots,
+    stats::{DatapathStats, DropReason, PassReason, delay_bucket},
 };
 
 use crate::{
