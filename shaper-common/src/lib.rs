@@ -6,6 +6,7 @@ pub mod abi;
 pub mod ackfilter;
 pub mod aqm;
 pub mod branchless;
+pub mod cb;
 pub mod diffserv;
 pub mod edt;
 pub mod isolation;
