@@ -9,7 +9,7 @@
 //! write is still to come), and the flow still has ACKs scheduled ahead (the sender is not
 //! left without an ACK clock meanwhile).
 
-use crate::{branchless, datapath::LENT};
+use crate::{abi::LENT, branchless};
 
 /// `--ack-filter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,7 +192,7 @@ const fn is_ahead(on_wire_ns: u64, now_ns: u64, lent: bool) -> bool {
 /// What a flow's state records as when a packet goes on the link, from what the calendar
 /// returned for it (`booked`, at `now_ns`) and when it departs (`depart_ns`): its departure,
 /// or for a packet the calendar lent to that leaves now, where it booked its wire time marked
-/// [`LENT`], but no more than `window_ns` ahead (`datapath::LENT_WINDOW_FRAMES`; zero:
+/// [`LENT`], but no more than `window_ns` ahead (`sizing::LENT_WINDOW_FRAMES`; zero:
 /// unbounded). A lent packet its flow's clock holds until later (a kept ACK, a packet of a host
 /// that goes ahead) has not left: it is scheduled until its departure, like any other.
 #[inline(always)]
@@ -609,6 +609,19 @@ fn scan_layout(opts: &[u8], len: usize, seen: &mut AckSeen) -> bool {
         }
     }
     rest == 0
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<AckState>() == 56);
+    assert!(core::mem::size_of::<ReverseState>() == 8);
+};
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: plain `#[repr(C)]` integers with no implicit padding (asserted above).
+    unsafe impl aya::Pod for AckState {}
+    unsafe impl aya::Pod for ReverseState {}
 }
 
 #[cfg(test)]

@@ -2,13 +2,17 @@
 //! arithmetic (rates, EDT) and the `#[repr(C)]` map types.
 #![no_std]
 
+pub mod abi;
 pub mod ackfilter;
 pub mod aqm;
 pub mod branchless;
-pub mod datapath;
+pub mod cb;
 pub mod diffserv;
 pub mod edt;
 pub mod isolation;
+pub mod names;
 pub mod overrun;
 pub mod rate;
+pub mod sizing;
+pub mod stats;
 pub mod time;

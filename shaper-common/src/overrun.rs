@@ -40,7 +40,7 @@ pub struct DequeueWatch {
 /// The meter's depth in calendar bins: what the calendar itself lets leave ahead of the rate. It lends priority packets up to its span ahead of the bookings (the bulk repays
 /// it later), lets a bin's bookings (a little over its width) leave together, and a packet of
 /// a full bin leaves up to a bin after its time.
-pub const BURST_BINS: u64 = crate::datapath::CALENDAR_MAX_SPAN_BINS as u64 + 2;
+pub const BURST_BINS: u64 = crate::sizing::CALENDAR_MAX_SPAN_BINS as u64 + 2;
 
 /// The meter's depth for calendar bins `bin_ns` wide.
 pub const fn burst_ns(bin_ns: u64) -> u64 {
@@ -73,6 +73,12 @@ pub const fn meter(meter_ns: u64, now_ns: u64, tx_ns: u64, burst_ns: u64) -> Met
         charge_ns,
     }
 }
+
+const _: () = assert!(core::mem::size_of::<DequeueWatch>() == 32);
+
+// SAFETY: plain `#[repr(C)]` integers with no implicit padding (asserted above).
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for DequeueWatch {}
 
 #[cfg(test)]
 mod tests {

@@ -18,11 +18,12 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
+    abi::{FlowKey, ShaperConfig},
     ackfilter::{
         AckFilter, AckSeen, AckState, AckVerdict, Ahead, ReverseState, decide, is_pure_ack,
         jumps_queue, latest_scheduled, record, scan_options,
     },
-    datapath::{DatapathStats, FlowKey, ShaperConfig},
+    stats::DatapathStats,
 };
 
 use crate::parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
@@ -89,7 +90,8 @@ fn ack_key(info: &PacketInfo, reversed: bool) -> FlowKey {
         dst_port,
         proto: info.ip_proto,
         family: if info.l3_proto == ETH_P_IPV6 { 6 } else { 4 },
-        _pad: [0; 2],
+        overflow: 0,
+        tin: 0,
     }
 }
 

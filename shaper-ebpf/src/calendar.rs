@@ -28,8 +28,9 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
+    abi::LENT,
     branchless,
-    datapath::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS, LENT},
+    sizing::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
 };
 
 /// The ring's bins, then the debts (wire time, ns, as signed counts: racing repayments may

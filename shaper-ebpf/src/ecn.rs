@@ -6,21 +6,19 @@
 //! a clone of each for retransmission), a cost on the fast path for a rare event.
 //!
 //! It runs in a program of its own (`shaper_mark`), reached by a tail call with the IP header's
-//! offset in `cb[0]` and what to do in `cb[1]`: a flag the verifier knows on each path (rewrite
-//! or not) made it keep every later path of the main program apart, and that program no longer
-//! verified; `cb` words read back as unknown.
+//! offset and what to do in the packet's control block (`shaper_common::cb`, the L3 offset and
+//! rewrite words): a flag the verifier knows on each path (rewrite or not) made it keep every
+//! later path of the main program apart, and that program no longer verified.
 
 use aya_ebpf::programs::TcContext;
+
+use shaper_common::cb::rewrite::{SET_CE, WASH};
 
 use crate::parse::PacketInfo;
 
 /// ECN field values (the low two bits of TOS / traffic class).
 const ECN_MASK: u8 = 0b11;
 const ECN_CE: u8 = 0b11;
-
-/// What `shaper_mark` does (bits of `cb[1]`).
-pub const SET_CE: u32 = 1;
-pub const WASH: u32 = 2;
 
 /// Whether the packet is ECN-capable (ECT(0), ECT(1)) or already CE.
 #[inline(always)]

@@ -15,20 +15,20 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
+    abi::{FlowKey, FlowState, HostRate, HostState, LENT, Levels, ShaperConfig, host_flags},
     ackfilter,
     aqm::{self, DataReach, Verdict},
-    branchless,
-    datapath::{
-        DropReason, FLOW_CREDIT_NS, FlowKey, FlowState, HostRate, HostState, LENT, Levels,
-        ShaperConfig, ack_round_ns, host_flags,
-    },
+    branchless, cb,
     diffserv::MAX_TINS,
     edt,
     isolation::{Isolation, fields},
+    sizing::{FLOW_CREDIT_NS, ack_round_ns},
+    stats::DropReason,
 };
 
 use crate::{
     calendar,
+    cb::{Notes, Word},
     clock::{self, Reserved},
     ecn,
     parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
@@ -50,30 +50,6 @@ static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_04
 /// Buckets that absorb a host's new flows beyond its per-epoch quota.
 const OVERFLOW_BUCKETS: u16 = 16;
 
-/// Values of the control-block word that tells the scheduler a pure ACK was kept (set by
-/// `shaper_egress` on every ACK it hands to the filter: the filter returns those it drops) and
-/// whether the filter asks to send it ahead of its flow's packets
-/// (`shaper_common::ackfilter::jumps_queue`), and in which the scheduler answers. Zero: none
-/// of these.
-pub mod jump {
-    pub const WANTED: u32 = 1;
-    /// It leaves now; the egress path gives it the priority that takes it past fq's flows.
-    pub const GRANTED: u32 = 2;
-    /// The filter kept it (alone or with `WANTED`; `shaper_egress` sets it on every pure ACK
-    /// it hands to the filter, which drops the others). It books ahead of the calendar's bookings,
-    /// as a sparse flow's packet does, at its flow's clock; behind its host's guard only when
-    /// the host has nothing else booked after it (`schedule` says why): the guard holds the
-    /// host to its allocation when nearly all it sends are ACKs (a 100 kbit/s uplink:
-    /// unguarded, the ACK flow ran at its boosted level and the modem behind queued 40-130 ms).
-    /// The filter drops the ACKs it covers once enough are ahead, so its flow keeps
-    /// one or two ACKs queued, not a bulk flow's queue. Booked behind the others, an ACK waited
-    /// for the bins the host's bulk flows had filled: on a 1 Mbit/s uplink with four uploads a
-    /// download's ACKs left in pairs up to 60 ms apart (CAKE serves a short queue every round:
-    /// 12-18 ms), and its sender, hearing in clumps, sent bursts that queued in the modem
-    /// ahead of the router (docs/ack-filter.md, "A kept ACK does not wait behind the bulk").
-    pub const KEPT: u32 = 4;
-}
-
 pub enum Scheduled {
     /// Depart at this time; `contended` when a clock took its fallback path.
     At {
@@ -89,20 +65,14 @@ pub enum Scheduled {
 }
 
 /// Schedules one packet of `wire` bytes: its flow's clock at the flow level of its host, then
-/// the calendar that holds the aggregate to the rate. When the AQM wants the packet CE-marked,
-/// `rewrite` (a word of the skb's control block) gets `ecn::SET_CE`. `ahead` is another word
-/// of it, zero on entry: it carries whether the packet goes ahead of the calendar's bookings
-/// (its host's, a kept ACK's, a sparse one's: [`SPARSE`]) from where that is decided to the
-/// booking and the branches on it (a flag the verifier knows on each path would keep every
-/// later path apart, and the program would no longer verify within its limits). `jump` is a
-/// third ([`jump`]): a pure ACK the filter kept goes ahead of the bookings; one it wants sent
-/// first leaves now instead of behind its flow's packets, charged to its flow's clock, its
-/// host's guard and the calendar as if it had waited; it is not recorded among its flow's
-/// departures (see `recent_on_wire`).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "three of them are control-block words"
-)]
+/// the calendar that holds the aggregate to the rate. It notes what it decides in the packet's
+/// control block (`notes`; `shaper_common::cb` says why there): the AQM's mark in the rewrite
+/// word, whether the packet goes ahead of the calendar's bookings (its host's, a kept ACK's, a
+/// sparse one's) in the ahead word, from where that is decided to the booking and the branches
+/// on it, and its answer to the ACK filter in the jump word: a pure ACK the filter kept goes
+/// ahead of the bookings; one it wants sent first leaves now instead of behind its flow's
+/// packets, charged to its flow's clock, its host's guard and the calendar as if it had waited;
+/// it is not recorded among its flow's departures (see `recent_on_wire`).
 #[inline(always)]
 pub fn schedule(
     info: &PacketInfo,
@@ -110,10 +80,13 @@ pub fn schedule(
     wire: u64,
     now: u64,
     tcp_tstamp: u64,
-    rewrite: &mut u32,
-    ahead: &mut u32,
-    jump: &mut u32,
+    notes: Notes,
 ) -> Scheduled {
+    let Notes {
+        mut rewrite,
+        mut ahead,
+        mut jump,
+    } = notes;
     let mode = Isolation::from_u32(config.isolation).unwrap_or_default();
     // Offset by one so that a fresh entry (epoch fields zero) is unmarked in epoch 0 too.
     let epoch = match LEVELS.get(0) {
@@ -127,7 +100,7 @@ pub fn schedule(
     // SAFETY: map values stay valid for the program's run.
     let host = unsafe { &mut *host };
     let (flow_fp, host_fp, slack_ns, round_ns) =
-        rates(host, &host_key, epoch, config, info.tin, ahead);
+        rates(host, &host_key, epoch, config, info.tin, &mut ahead);
 
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
@@ -143,7 +116,7 @@ pub fn schedule(
                 // of evicting other hosts' state.
                 flow_key.src_port = (flow_key.src_port ^ flow_key.dst_port) % OVERFLOW_BUCKETS;
                 flow_key.dst_port = 0;
-                flow_key._pad[0] = 1;
+                flow_key.overflow = 1;
             }
             match entry(&FLOWS, &flow_key) {
                 Some((f, _)) => f,
@@ -221,15 +194,8 @@ pub fn schedule(
             branchless::select(sparse_bit | credited, left, 0),
         )
     };
-    // Noted in the `ahead` word and read back where it decides, as the other flags are: a
-    // verifier that knows it on each path keeps every later path apart.
-    // SAFETY: a word of the skb's control block.
-    unsafe {
-        core::ptr::write_volatile(
-            ahead,
-            core::ptr::read_volatile(ahead) | (sparse_bit as u32 * SPARSE),
-        )
-    };
+    // Noted in the ahead word and read back where it decides, as the other flags are.
+    ahead.insert(sparse_bit as u32 * cb::ahead::SPARSE);
     if config.aqm.enabled() {
         let packet = AqmPacket {
             now,
@@ -240,10 +206,8 @@ pub fn schedule(
         };
         match aqm_verdict(flow, config, &packet) {
             Verdict::Pass => {}
-            // Noted in the packet's own control block rather than carried as a flag: a flag the
-            // verifier knows on each path would keep every later path apart and the program
-            // would no longer verify within its limits.
-            Verdict::Mark => *rewrite |= ecn::SET_CE,
+            // Noted in the control block rather than carried as a flag.
+            Verdict::Mark => rewrite.insert(cb::rewrite::SET_CE),
             Verdict::DropCodel => return Scheduled::Dropped(DropReason::Codel),
             Verdict::DropBlue => return Scheduled::Dropped(DropReason::Blue),
             Verdict::DropOverlimit => return Scheduled::Dropped(DropReason::Overlimit),
@@ -266,23 +230,17 @@ pub fn schedule(
         Reserved::BeyondHorizon => return Scheduled::Dropped(DropReason::Horizon),
     };
     // A kept ACK goes ahead of the calendar's bookings, as a host that goes ahead does
-    // (`jump::KEPT` says why).
-    // SAFETY: words of the skb's control block, read back from memory (see above).
-    let kept = (unsafe { core::ptr::read_volatile(jump) } & jump::KEPT) / jump::KEPT;
-    unsafe { core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | kept) };
+    // (`cb::jump` says why).
+    let kept = cb::jump::kept(jump.read());
+    ahead.insert(kept * cb::ahead::AHEAD);
     // Arithmetic, not compares (see `branchless`): 1 when the filter wants it first and its
     // flow's queue would hold it. Its wire time is charged where it would have waited (the
     // flow's clock above, the host's guard and the calendar below), and it leaves now: the
     // calendar's bins carry the same time, one ACK earlier. As a host that goes ahead, it is
     // not held behind other hosts' bookings.
-    // SAFETY: as above.
-    let jumps = unsafe { core::ptr::read_volatile(jump) } as u64
-        & jump::WANTED as u64
-        & branchless::below(now, want);
-    unsafe {
-        core::ptr::write_volatile(jump, (jumps * jump::GRANTED as u64) as u32);
-        core::ptr::write_volatile(ahead, core::ptr::read_volatile(ahead) | jumps as u32);
-    }
+    let jumps = cb::jump::wanted(jump.read()) & branchless::below(now, want);
+    jump.write(cb::jump::answer(jumps));
+    ahead.insert(jumps as u32 * cb::ahead::AHEAD);
     // The host's guard: its flows may book ahead of its allocation by the slack (their own
     // queues), no further. It bites only when the flow levels overbook the host. A sparse
     // packet is charged to the guard but not held by it, so it skips its host's queue; it does
@@ -304,7 +262,7 @@ pub fn schedule(
     let mut behind_host = 0;
     if host_fp != 0 {
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
-        if noted_sparse(ahead)
+        if noted_sparse(&ahead)
             && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
                 > now + config.aqm.limit_ns
         {
@@ -315,7 +273,7 @@ pub fn schedule(
         match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
                 let floor = start.saturating_sub(slack_ns);
-                if floor > guarded && !noted_sparse(ahead) {
+                if floor > guarded && !noted_sparse(&ahead) {
                     if kept != 0
                         && host.latest_depart_ns > branchless::max(guarded, flow.last_depart_ns)
                     {
@@ -329,15 +287,13 @@ pub fn schedule(
         }
     }
     let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    // SAFETY: a word of the skb's control block, read back from memory (see above).
-    let noted = unsafe { core::ptr::read_volatile(ahead) };
-    let sparse_bit = ((noted / SPARSE) & 1) as u64;
+    let noted = ahead.read();
+    let sparse_bit = cb::ahead::sparse(noted);
     let tin_first = priority_tin(info.tin);
     let goes_ahead = tin_first || noted != 0;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
     // across the guard's branches keeps their paths apart.
-    // SAFETY: as above.
-    let jumps = unsafe { core::ptr::read_volatile(jump) } as u64 >> 1;
+    let jumps = cb::jump::granted(jump.read());
     // No packet leaves before its flow's last one (a TCP flow's segments stay in order): its
     // clock does not carry the waits of the frame's bytes after an idle spell, so it may stand
     // before packets still booked. A sparse packet leaves now or right behind them.
@@ -375,7 +331,7 @@ pub fn schedule(
     // booked while its host's guard already stood more than the slack ahead was sent over the
     // host's allocation: it counts as waited too, or a host of many sparse flows would read as
     // limited elsewhere, its demand measured as what its guard let through.
-    let over_allocation = noted_sparse(ahead)
+    let over_allocation = noted_sparse(&ahead)
         && host_fp != 0
         && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
             > now + slack_ns + edt::tx_time_ns(wire, host_fp);
@@ -403,20 +359,14 @@ pub fn schedule(
     Scheduled::At {
         depart_ns: depart,
         contended,
-        sparse: noted_sparse(ahead),
+        sparse: noted_sparse(&ahead),
     }
 }
 
-/// A bit of the `ahead` word (the host's and the kept ACK's notes set bit 0): the packet is
-/// sparse. It goes ahead of the bookings as any packet with a bit set in the word does, and
-/// skips its host's guard.
-const SPARSE: u32 = 8;
-
 /// Whether `schedule` noted the packet as sparse, read back from the control block.
 #[inline(always)]
-fn noted_sparse(ahead: &u32) -> bool {
-    // SAFETY: a word of the skb's control block.
-    (unsafe { core::ptr::read_volatile(ahead) } & SPARSE) != 0
+fn noted_sparse(ahead: &Word) -> bool {
+    (ahead.read() & cb::ahead::SPARSE) != 0
 }
 
 /// What the AQM needs to know of a packet.
@@ -500,7 +450,7 @@ pub fn recent_on_wire(info: &PacketInfo, config: &ShaperConfig) -> (u64, u64) {
 /// that refresh the copy at once write the same values; a packet that reads it while another
 /// CPU writes it may take the last epoch's.
 ///
-/// Also notes in `ahead` whether the host's packets go ahead of the calendar's bookings: it used
+/// Also notes in the ahead word whether the host's packets go ahead of the calendar's bookings: it used
 /// less than its allocation in the last interval (the control plane's `host_flags::AHEAD`), or
 /// it is new, runs at the newcomer level, and its tin has bottlenecked hosts
 /// (`Levels::newcomers_ahead_tins`). The hosts already there booked the bins ahead at
@@ -514,7 +464,7 @@ fn rates(
     epoch: u64,
     config: &ShaperConfig,
     tin: u8,
-    ahead: &mut u32,
+    ahead: &mut Word,
 ) -> (u64, u64, u64, u64) {
     // SAFETY: map value, valid for this run; a stale read takes the last epoch's rates once.
     if unsafe { core::ptr::read_volatile(&raw const host.rates_epoch) } != epoch {
@@ -522,8 +472,8 @@ fn rates(
         unsafe { core::ptr::write_volatile(&raw mut host.rates_epoch, epoch) };
     }
     let r = &host.rates;
-    // SAFETY: a word of the skb's control block (written without a branch).
-    unsafe { core::ptr::write_volatile(ahead, (r.flags & host_flags::AHEAD) as u32) };
+    // Written without a branch; the host's flag is the word's `AHEAD` bit.
+    ahead.write((r.flags & host_flags::AHEAD) as u32);
     (
         r.flow_ns_per_byte_fp,
         r.host_ns_per_byte_fp,
@@ -635,8 +585,9 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
             (false, true) => 6,
             (false, false) => 4,
         },
+        overflow: 0,
         // Hosts and flows are per tin, as in CAKE (a host's voice and bulk traffic are two).
-        _pad: [0, info.tin],
+        tin: info.tin,
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod ackfilter;
 mod calendar;
+mod cb;
 mod clock;
 mod dequeue;
 mod ecn;
@@ -31,13 +32,17 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
+    abi::ShaperConfig,
     branchless,
-    datapath::{DatapathStats, DropReason, PassReason, ShaperConfig, delay_bucket, program_slots},
+    cb::{Slot, jump, rewrite},
     diffserv::MAX_TINS,
     edt,
+    names::program_slots,
+    stats::{DatapathStats, DropReason, PassReason, delay_bucket},
 };
 
 use crate::{
+    cb::ControlBlock,
     fair::Scheduled,
     parse::{MAX_HEADER_BYTES, PacketInfo, ParseError},
 };
@@ -122,14 +127,12 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     };
     // SAFETY: per-CPU map value, this packet's until the run ends (see `PACKET`).
     unsafe { *slot = info };
-    // The word that tells the scheduler a pure ACK was kept and whether the filter wants it
-    // first (`fair::jump`); whatever the stack left in the control block must not read as
-    // either. A candidate that reaches the scheduler was kept (the filter returns the ones it
-    // drops), so it is marked here, not by the filter: a store on the filter's `Keep` path
-    // multiplied its verifier states past the suite's budget on 6.12.
+    // The jump word, for every packet (`shaper_common::cb::jump`): a candidate that reaches
+    // the scheduler was kept.
     let candidate = ackfilter::candidate(&info, config);
-    // SAFETY: the context is a valid __sk_buff for the whole run.
-    unsafe { (*ctx.skb.skb).cb[3] = candidate as u32 * fair::jump::KEPT };
+    ControlBlock::of(ctx)
+        .word(Slot::Jump)
+        .write(jump::on_entry(candidate));
     if candidate {
         unsafe { PROGRAMS.tail_call(ctx, program_slots::ACK_FILTER) };
         // The filter could not be called: the ACK is simply kept.
@@ -169,15 +172,13 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     );
     let now = unsafe { bpf_ktime_get_ns() };
     // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
-    skb.cb[0] = info.l3_offset;
-    skb.cb[1] = if config.wash != 0 && info.tos >> 2 != 0 {
-        ecn::WASH
-    } else {
-        0
-    };
-    skb.cb[2] = 0;
-    let [_, rewrite, ahead, jump, _] = &mut skb.cb;
-    let depart = match fair::schedule(info, config, wire, now, skb.tstamp, rewrite, ahead, jump) {
+    let mut cb = ControlBlock::new(&mut skb.cb);
+    cb.word(Slot::L3Offset).write(info.l3_offset);
+    let wash = config.wash != 0 && info.tos >> 2 != 0;
+    cb.word(Slot::Rewrite)
+        .write(if wash { rewrite::WASH } else { 0 });
+    cb.word(Slot::Ahead).write(0);
+    let depart = match fair::schedule(info, config, wire, now, skb.tstamp, cb.notes()) {
         Scheduled::At {
             depart_ns,
             contended,
@@ -218,8 +219,8 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     if depart > stats.latest_depart_ns {
         stats.latest_depart_ns = depart;
     }
-    // SAFETY: a word of the control block, written by `fair::schedule` (see `fair::jump`).
-    if unsafe { core::ptr::read_volatile(&skb.cb[3]) } == fair::jump::GRANTED {
+    // The scheduler's answer to the ACK filter (`shaper_common::cb::jump`).
+    if ControlBlock::new(&mut skb.cb).word(Slot::Jump).read() == jump::GRANTED {
         // fq sends control-priority packets from its internal queue before any flow's, without
         // reading their time: the one way past the flow's own packets, which fq keeps in time
         // order but only looks at again when the earliest of them is due. Forwarding resets
@@ -232,12 +233,12 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     let t = info.tin as usize & (MAX_TINS - 1);
     stats.tin_packets[t] += 1;
     stats.tin_bytes[t] += wire;
-    if skb.cb[1] != 0 {
+    if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() != 0 {
         // A mark or a wash. The marker rewrites the header and returns the verdict; it only
         // comes back here if it could not be called: a wanted mark becomes a drop, a wash is
         // skipped.
         unsafe { PROGRAMS.tail_call(ctx, program_slots::MARK) };
-        if skb.cb[1] & ecn::SET_CE != 0 {
+        if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() & rewrite::SET_CE != 0 {
             return stats::drop(stats, DropReason::Codel);
         }
     }
@@ -261,10 +262,9 @@ pub fn shaper_ack_filter(ctx: TcContext) -> i32 {
     match ackfilter::filter(&ctx, info, config, on_wire, now, stats) {
         ackfilter::Filtered::Drop => return TC_ACT_SHOT as i32,
         ackfilter::Filtered::Keep => {}
-        // SAFETY: the context is a valid __sk_buff for the whole run.
-        ackfilter::Filtered::KeepFirst => unsafe {
-            (*ctx.skb.skb).cb[3] = fair::jump::KEPT | fair::jump::WANTED
-        },
+        ackfilter::Filtered::KeepFirst => ControlBlock::of(&ctx)
+            .word(Slot::Jump)
+            .write(jump::KEEP_FIRST),
     }
     unsafe { PROGRAMS.tail_call(&ctx, program_slots::SCHEDULE) };
     // Not callable: the ACK leaves unshaped, counted.
@@ -331,17 +331,20 @@ pub fn shaper_mark(ctx: TcContext) -> i32 {
     };
     // SAFETY: per-CPU map value, valid for this run.
     let stats = unsafe { &mut *stats };
-    // SAFETY: the context is a valid __sk_buff for the whole run.
-    let (l3, what) = unsafe { ((*ctx.skb.skb).cb[0] as usize, (*ctx.skb.skb).cb[1]) };
+    let mut cb = ControlBlock::of(&ctx);
+    let (l3, what) = (
+        cb.word(Slot::L3Offset).read() as usize,
+        cb.word(Slot::Rewrite).read(),
+    );
     match ecn::rewrite(&ctx, l3, what) {
         Ok(()) => {
-            if what & ecn::SET_CE != 0 {
+            if what & rewrite::SET_CE != 0 {
                 stats.ecn_marked += 1;
             }
             TC_ACT_UNSPEC
         }
         // An unwritable header: a wanted mark becomes a drop; a wash is skipped.
-        Err(()) if what & ecn::SET_CE != 0 => match stats::drop(stats, DropReason::Codel) {
+        Err(()) if what & rewrite::SET_CE != 0 => match stats::drop(stats, DropReason::Codel) {
             Verdict::Pass => TC_ACT_UNSPEC,
             Verdict::Drop => TC_ACT_SHOT as i32,
         },

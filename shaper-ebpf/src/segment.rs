@@ -10,7 +10,7 @@
 //! segmenter").
 
 use aya_ebpf::bindings::__sk_buff;
-use shaper_common::datapath::ShaperConfig;
+use shaper_common::abi::ShaperConfig;
 
 /// A classifier's verdict in a filter that is not direct-action: match (use the filter's
 /// class and run its actions) or not (try the next filter).

@@ -1,6 +1,6 @@
 //! Counter updates. The stats value is per-CPU, so plain increments are exact.
 
-use shaper_common::datapath::{DatapathStats, DropReason, PassReason};
+use shaper_common::stats::{DatapathStats, DropReason, PassReason};
 
 use crate::Verdict;
 

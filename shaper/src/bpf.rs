@@ -14,11 +14,10 @@ use aya::{
     },
 };
 use shaper_common::{
-    datapath::{
-        DatapathStats, FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, map_names,
-        program_names, program_slots,
-    },
+    abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
+    names::{map_names, program_names, program_slots},
     overrun::DequeueWatch,
+    stats::DatapathStats,
 };
 
 use crate::{

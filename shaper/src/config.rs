@@ -5,13 +5,14 @@ use std::path::Path;
 
 use serde::Deserialize;
 use shaper_common::{
+    abi::ShaperConfig,
     ackfilter::{self, AckFilter},
     aqm::{self, AqmParams},
-    datapath::{LENT_WINDOW_FRAMES, ShaperConfig, calendar_bin_ns},
     diffserv::Diffserv,
     edt,
     isolation::{Isolation, prefix_mask},
     rate::{self, DisplayRate},
+    sizing::{LENT_WINDOW_FRAMES, calendar_bin_ns},
     time,
 };
 

@@ -10,7 +10,7 @@ use std::{collections::HashMap, time::Duration};
 
 use serde::Serialize;
 use shaper_common::{
-    datapath::{FlowKey, HostRate, HostState, Levels, ShaperConfig, host_flags},
+    abi::{FlowKey, HostRate, HostState, Levels, ShaperConfig, host_flags},
     diffserv::{Diffserv, dscp},
     edt,
     isolation::{Isolation, fields},
@@ -236,7 +236,7 @@ impl Controller {
         // Tins first (each tin's hosts are levelled within what the tin may use), then hosts,
         // then flows.
         let tins = self.diffserv.tins();
-        let tin_of = |key: &FlowKey| (key._pad[1] as usize).min(tins.len() - 1);
+        let tin_of = |key: &FlowKey| (key.tin as usize).min(tins.len() - 1);
         let best_effort = tins[self.diffserv.tin_of(dscp::CS0) as usize].priority;
         let mut usage: Vec<TinUsage> = tins
             .iter()

@@ -9,10 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use shaper_common::{
-    ackfilter::AckFilter,
-    datapath::{ShaperConfig, program_names},
-};
+use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_names};
 
 use crate::{
     bpf::{self, Datapath},

@@ -15,7 +15,10 @@ use std::{
 
 use aya::maps::{HashMap, Map, MapData};
 use serde::Serialize;
-use shaper_common::datapath::{FlowKey, FlowState, HostRate, HostState, map_names};
+use shaper_common::{
+    abi::{FlowKey, FlowState, HostRate, HostState},
+    names::map_names,
+};
 
 use crate::{bpf::BpfError, record::MapIds};
 

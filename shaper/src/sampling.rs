@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use shaper_common::datapath::HostState;
+use shaper_common::abi::HostState;
 
 /// Packets a sample should hold: with fewer, one packet more or less moves the rate measured by
 /// more than an eighth.

@@ -30,7 +30,7 @@ use crate::{
     record::SegmenterState,
     runtime,
 };
-use shaper_common::datapath::program_names;
+use shaper_common::names::program_names;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SegmenterError {

@@ -4,14 +4,12 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 use shaper_common::{
+    abi::{FlowKey, FlowState, HostRate, HostState, Levels},
     ackfilter::KeepReason,
-    datapath::{
-        DELAY_BUCKETS, DropReason, FlowKey, FlowState, HostRate, HostState, Levels, PassReason,
-        delay_bucket_upper_ns, quantile_bucket,
-    },
     diffserv::Diffserv,
     edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
     rate::DisplayRate,
+    stats::{DELAY_BUCKETS, DropReason, PassReason, delay_bucket_upper_ns, quantile_bucket},
 };
 
 use crate::{bpf::DatapathView, record::State};
@@ -415,7 +413,7 @@ pub fn describe_key(k: &FlowKey) -> String {
     } else {
         dst
     };
-    let overflow = if k._pad[0] != 0 { " (overflow)" } else { "" };
+    let overflow = if k.overflow != 0 { " (overflow)" } else { "" };
     match k.proto {
         0 => format!("{src} > {dst}{overflow}"),
         6 | 17 => format!(
@@ -441,7 +439,8 @@ mod tests {
             dst_port: 5201,
             proto: 6,
             family: 4,
-            _pad: [0; 2],
+            overflow: 0,
+            tin: 0,
         };
         assert_eq!(describe_key(&k), "10.0.0.1:40000 > 10.2.0.1:5201 tcp");
         let host = FlowKey {

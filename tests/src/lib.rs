@@ -11,7 +11,10 @@ use shaper::{
     bpf::{Datapath, DatapathView},
     config::StateParams,
 };
-use shaper_common::datapath::{HostRate, ShaperConfig, program_names};
+use shaper_common::{
+    abi::{HostRate, ShaperConfig},
+    names::program_names,
+};
 
 /// TC_ACT_UNSPEC as the kernel returns it (u32): "continue", what shaper returns to let a
 /// packet through.
@@ -187,7 +190,7 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         overhead_bytes: 0,
         mpu_bytes: 0,
         ack_quantum_bytes: shaper_common::ackfilter::round_quantum_bytes(rate_bps, 1514),
-        calendar_bin_ns: shaper_common::datapath::calendar_bin_ns(
+        calendar_bin_ns: shaper_common::sizing::calendar_bin_ns(
             shaper_common::edt::ns_per_byte_fp(rate_bps),
             horizon_ns,
             64 * 1024,
@@ -206,6 +209,6 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
 pub fn with_short_bins(mut config: ShaperConfig) -> ShaperConfig {
     config.horizon_ns = 1_000_000_000;
     config.calendar_bin_ns =
-        shaper_common::datapath::calendar_bin_ns(config.ns_per_byte_fp, config.horizon_ns, 1514);
+        shaper_common::sizing::calendar_bin_ns(config.ns_per_byte_fp, config.horizon_ns, 1514);
     config
 }

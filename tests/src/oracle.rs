@@ -20,7 +20,7 @@
 //! departure time, or dropped by the horizon, the AQM or the ACK filter; their only rewrite is
 //! the DS field (CE, DSCP wash).
 
-use shaper_common::datapath::{PassReason, ShaperConfig};
+use shaper_common::{abi::ShaperConfig, stats::PassReason};
 
 use crate::skb::SkbContext;
 

@@ -5,10 +5,11 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
+    abi::{HostRate, ShaperConfig},
     ackfilter::{AckFilter, KeepReason, tcp_flags::*},
-    datapath::{HostRate, ShaperConfig, host_slack_ns},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
+    sizing::host_slack_ns,
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,

@@ -7,10 +7,11 @@ use std::{thread::sleep, time::Duration};
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
+    abi::{FlowState, ShaperConfig},
     aqm::{AqmParams, flags},
-    datapath::{DropReason, FlowState, ShaperConfig},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
+    stats::DropReason,
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,

@@ -21,9 +21,10 @@ use shaper::{
     bpf::monotonic_now_ns,
     config::{CliConfig, Settings},
 };
-use shaper_common::datapath::{
-    DatapathStats, DropReason, FlowKey, HostRate, PassReason, ShaperConfig, host_flags,
-    program_names,
+use shaper_common::{
+    abi::{FlowKey, HostRate, ShaperConfig, host_flags},
+    names::program_names,
+    stats::{DatapathStats, DropReason, PassReason},
 };
 use shaper_tests::{
     DROP, Harness, Outcome, PASS, TEST_STATE,

@@ -3,8 +3,9 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{DropReason, HostRate, PassReason},
+    abi::HostRate,
     edt::{ns_per_byte_fp, tx_time_ns},
+    stats::{DropReason, PassReason},
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,

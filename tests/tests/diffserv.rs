@@ -5,7 +5,7 @@
 
 use shaper::bpf::monotonic_now_ns;
 use shaper_common::{
-    datapath::{Levels, ShaperConfig},
+    abi::{Levels, ShaperConfig},
     diffserv::{Diffserv, dscp},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
@@ -65,7 +65,7 @@ fn tins_of_hosts(h: &Harness) -> Vec<u8> {
         .hosts()
         .expect("hosts")
         .iter()
-        .map(|(k, _)| k._pad[1])
+        .map(|(k, _)| k.tin)
         .collect();
     t.sort();
     t

@@ -4,12 +4,12 @@
 
 use shaper::{bpf::monotonic_now_ns, control::Controller};
 use shaper_common::{
-    datapath::{
-        CALENDAR_MAX_SPAN_BINS, DropReason, FlowKey, HostRate, Levels, ShaperConfig, host_flags,
-    },
+    abi::{FlowKey, HostRate, Levels, ShaperConfig, host_flags},
     diffserv::{Diffserv, MAX_TINS},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
+    sizing::CALENDAR_MAX_SPAN_BINS,
+    stats::DropReason,
 };
 use shaper_tests::{DROP, Harness, PASS, config, packet, skb::SkbContext, with_short_bins};
 

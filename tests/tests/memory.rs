@@ -8,7 +8,7 @@ use shaper::{
     config::{CliConfig, Settings},
     mapmem,
 };
-use shaper_common::datapath::map_names;
+use shaper_common::names::map_names;
 use shaper_tests::{
     Harness, PASS,
     packet::{self, ETH_P_IP, Frame, UDP},

@@ -2,7 +2,7 @@
 //! BPF_PROG_TEST_RUN: a GSO packet over the split threshold is left unstamped to the
 //! segmenter's filter, a frame handed back by the segmenter's IFB is stamped, and nothing loops.
 
-use shaper_common::datapath::ShaperConfig;
+use shaper_common::abi::ShaperConfig;
 use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext};
 
 const SECOND: u64 = 1_000_000_000;

@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shaper_common::datapath::quantile_bucket;
+use shaper_common::stats::quantile_bucket;
 
 use super::{
     joins::{self, Join},
