@@ -36,14 +36,22 @@ pub fn ensure(sock: &mut Socket, iface: &Interface) -> Result<(), ClsactError> {
     })
 }
 
-/// Adds clsact to `iface` for a caller that has already recorded it as added (`recorded` true),
-/// so that a crash while adding leaves it to a successor to remove. When adding fails the
-/// record is taken back: what holds the slot is not ours to remove (it may be someone's
-/// `ingress` qdisc).
-pub fn add_recorded(
+/// Adds clsact to `iface` unless it has one; returns whether it added it. The addition is
+/// passed to `record` (true) before it is made, so that a crash while adding leaves it to a
+/// successor to remove; when adding fails the record is taken back (false): what holds the slot
+/// is not ours to remove (it may be someone's `ingress` qdisc).
+pub fn ensure_recorded(
     sock: &mut Socket,
     iface: &Interface,
-    recorded: &mut bool,
-) -> Result<(), ClsactError> {
-    ensure(sock, iface).inspect_err(|_| *recorded = false)
+    record: &mut dyn FnMut(bool) -> anyhow::Result<()>,
+) -> anyhow::Result<bool> {
+    if qdisc::ingress_slot(sock, iface.ifindex)?.as_deref() == Some("clsact") {
+        return Ok(false);
+    }
+    record(true)?;
+    if let Err(e) = ensure(sock, iface) {
+        let _ = record(false);
+        return Err(e.into());
+    }
+    Ok(true)
 }

@@ -1,53 +1,110 @@
-//! Putting shaper on an interface and taking it off again.
+//! Putting shaper on an interface and taking it off again. A deployment is an ordered list of
+//! parts, each something shaper installs (the device's GSO limits, the root qdisc, the programs,
+//! the segmenter, the ingress direction's IFB and redirect), with its own `apply`, `restore`,
+//! repair (`keep`) and record. Which parts an interface gets, and in which order, is `shape`'s.
 //!
-//! `apply` either completes or leaves the interface exactly as it found it: every step that
-//! changes the system has its undo run on the failure of any later step. `teardown` (also run
-//! on drop, e.g. after a panic) detaches first, lets what is already scheduled leave, then
-//! restores the original qdiscs, so exiting drops no traffic.
-
-use std::time::{Duration, Instant};
+//! - What a part records (what restoring it needs: the state from before its change) is in the
+//!   interface's state file before the part changes anything, so that a crash at any point
+//!   leaves a successor, or `shaper reset`, what it needs to put the interface back. The state
+//!   file is derived from the parts' records.
+//! - Parts are applied in order and restored in reverse, so a part may rely on those before it.
+//! - Applying either completes or leaves the interface as it found it: a part that fails
+//!   restores what of it was done, then every earlier part is restored.
+//! - Teardown (also run on drop, e.g. after a panic) restores every applied part. A device that
+//!   went away took what was on it along: parts then skip what they had there.
 
 use tracing::{info, warn};
 
-use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_names};
-
 use crate::{
-    bpf::{self, Datapath},
+    bpf::Datapath,
     clsact,
     config::Settings,
-    filter::Hook,
     health::{self, Fault},
-    link::{GsoLimits, Interface, apply_limits, plan_limits, restore_limits},
+    link::Interface,
     netlink::Socket,
-    probe,
-    qdisc::{self, Snapshot},
-    record::{AttachMode, IngressState, SegmenterState, State},
+    record::State,
     runtime::{self, InterfaceLock},
-    segmenter::{self, Segmenter},
 };
 
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    #[error("attaching to {iface}: {source}")]
-    Attach {
-        iface: String,
-        source: Box<bpf::BpfError>,
-    },
+/// Something shaper installs on an interface.
+pub trait Part {
+    /// Writes into `state` what restoring this part needs. Written to the state file before
+    /// `apply`, and again (`Context::record`) before the part changes what it records.
+    fn record(&self, state: &mut State);
+
+    /// Makes the change. On failure `restore` is called for whatever of it was done.
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()>;
+
+    /// Undoes what `apply` did, all of it or part: a step that fails does not stop the others.
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()>;
+
+    /// Checks that the part is still in place and puts back what someone else changed (each
+    /// repair logged by [`repaired`]). An error is a check or repair that failed, to be tried
+    /// again at the next check.
+    fn keep(&mut self, _cx: &mut Context) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// The deployment on a device this part created (the ingress direction's IFB), which has
+    /// its own control loop.
+    fn deployment_mut(&mut self) -> Option<&mut Deployment> {
+        None
+    }
 }
 
-/// Longest wait at exit for already-scheduled packets to leave before fq is replaced.
-const MAX_DRAIN: Duration = Duration::from_secs(3);
+/// What a part works on: the interface, its data path, and the record of the whole deployment.
+pub struct Context<'a> {
+    pub sock: &'a mut Socket,
+    pub iface: &'a Interface,
+    pub datapath: &'a mut Datapath,
+    /// The device went away: there is nothing left on it to restore.
+    pub gone: bool,
+    state: &'a mut State,
+}
+
+impl Context<'_> {
+    /// Writes `part`'s record to the state file, before the part changes what it records.
+    pub fn record(&mut self, part: &dyn Part) -> anyhow::Result<()> {
+        part.record(self.state);
+        runtime::write_state(self.iface, self.state)?;
+        Ok(())
+    }
+
+    /// Puts clsact on the interface for `part` unless it has one; the part's flag `added` says
+    /// it added clsact (and removes it on restore), recorded before clsact is added.
+    pub fn ensure_clsact<P: Part>(
+        &mut self,
+        part: &mut P,
+        added: fn(&mut P) -> &mut bool,
+    ) -> anyhow::Result<()> {
+        let (iface, state) = (self.iface, &mut *self.state);
+        clsact::ensure_recorded(self.sock, iface, &mut |now| {
+            *added(part) = now;
+            part.record(state);
+            runtime::write_state(iface, state).map_err(Into::into)
+        })?;
+        Ok(())
+    }
+}
+
+/// Logs a repair: what someone else changed, and what shaper did about it.
+pub fn repaired(iface: &Interface, fault: &Fault, action: &str) {
+    warn!("{}: {fault} behind shaper's back; {action}", iface.name);
+}
 
 pub struct Deployment {
     iface: Interface,
     settings: Settings,
-    /// The frame size the data path's configuration was computed for.
-    frame_bytes: u32,
     datapath: Datapath,
+    /// The state file's own fields, before the parts write theirs.
+    header: State,
+    /// The state file's content: the header with every part's record.
     state: State,
-    /// What a previous, crashed shaper had set up for the ingress direction (to clean up).
-    stale_ingress: Option<IngressState>,
-    segmenter: Option<Segmenter>,
+    parts: Vec<Box<dyn Part>>,
+    /// How many of `parts` (from the first) have been applied.
+    applied: usize,
+    /// What a previous, crashed shaper recorded, for the parts added later to clean up.
+    stale: Option<State>,
     _lock: InterfaceLock,
     torn_down: bool,
     /// The device went away: there is nothing left on it to restore.
@@ -55,178 +112,105 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Self> {
-        let lock = InterfaceLock::acquire(&iface)?;
-        let stale = runtime::read_state(&iface).unwrap_or_else(|e| {
-            warn!("ignoring unreadable state: {e}");
-            None
-        });
-        let mut sock = Socket::open()?;
-        let frame_bytes = iface.frame_bytes(&mut sock)?;
-        let gso = plan_limits::<GsoLimits>(
-            &mut sock,
-            &iface,
-            settings.rate_bps,
-            settings.split_gso,
-            stale.as_ref().and_then(|s| s.original_gso),
-        );
-        let largest_packet = match &gso {
-            Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
-            None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
-        };
-        if let Some(seg) = stale.as_ref().and_then(|s| s.segmenter.as_ref()) {
-            segmenter::clean_stale(&iface, seg)?;
-        }
-        let mut datapath = Datapath::load(&settings.state)?;
-        datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
-
-        let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
-        let (original, mut clsact_added) = match &stale {
-            Some(prev) => {
-                warn!(
-                    "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
-                    prev.pid, iface.name
-                );
-                if prev.attach == AttachMode::Netlink {
-                    bpf::remove_stale_filter(&iface.name);
-                }
-                (prev.original.clone(), prev.clsact_added)
-            }
-            None => (current.clone(), false),
-        };
-
-        let mode = if probe::has_tcx() {
-            AttachMode::Tcx
-        } else {
-            AttachMode::Netlink
-        };
-        let add_clsact = mode == AttachMode::Netlink && !current.clsact;
-        let state = State {
-            pid: std::process::id(),
-            iface: iface.name.clone(),
-            ifindex: iface.ifindex,
-            rate_bps: settings.rate_bps,
-            horizon_ns: settings.horizon_ns,
-            isolation: settings.isolation.name().to_string(),
-            diffserv: settings.diffserv.name().to_string(),
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            starting: true,
-            attach: mode,
-            clsact_added: clsact_added || add_clsact,
-            original,
-            original_gso: match &gso {
-                Some(plan) => plan.to_restore(),
-                None => stale.as_ref().and_then(|s| s.original_gso),
-            },
-            ingress: None,
-            segmenter: None,
-            maps: datapath.map_ids()?,
-        };
-        // Recorded before anything changes, so a crash at any later point leaves a successor
-        // what it needs to restore the interface.
-        runtime::write_state(&iface, &state)?;
-        let rollback = |sock: &mut Socket, clsact_added| {
-            rollback(sock, &iface, &state.original, clsact_added);
-            restore_limits(sock, &iface, state.original_gso);
-            runtime::remove_state(&iface);
-        };
-
-        if !qdisc::is_installed(&current) {
-            let queues = iface.num_tx_queues(&mut sock)?;
-            if let Err(e) =
-                qdisc::install(&mut sock, iface.ifindex, &iface.name, queues, &settings.fq)
-            {
-                rollback(&mut sock, clsact_added);
-                return Err(e.into());
-            }
-        }
-        if add_clsact {
-            if let Err(e) = clsact::ensure(&mut sock, &iface) {
-                rollback(&mut sock, clsact_added);
-                return Err(e.into());
-            }
-            clsact_added = true;
-        }
-        let attached = datapath.attach_egress(&iface.name, mode).and_then(|()| {
-            if settings.ack_filter == AckFilter::Off {
-                Ok(())
-            } else {
-                datapath.attach_ingress(&iface.name, mode)
-            }
-        });
-        if let Err(source) = attached {
-            let _ = datapath.detach();
-            rollback(&mut sock, clsact_added);
-            return Err(DeployError::Attach {
-                iface: iface.name.clone(),
-                source: Box::new(source),
-            }
-            .into());
-        }
-        if let Some(plan) = gso {
-            apply_limits(&mut sock, &iface, plan);
-        }
-        // Shaping works without it; only a stall's clump then goes uncharged.
-        if let Err(e) = datapath.watch_dequeue(iface.ifindex) {
-            warn!(
-                "not watching {} for packets leaving late (a stall's clump goes uncharged): {e}",
-                iface.name
-            );
-        }
-
+    /// Applies `parts` to `iface` in order, `header` and their records written to the state
+    /// file first (with `starting` set until all are applied). Either completes or restores
+    /// every part it applied.
+    pub fn apply(
+        iface: Interface,
+        settings: &Settings,
+        datapath: Datapath,
+        lock: InterfaceLock,
+        header: State,
+        stale: Option<State>,
+        parts: Vec<Box<dyn Part>>,
+    ) -> anyhow::Result<Self> {
         let mut deployment = Self {
             iface,
             settings: settings.clone(),
-            frame_bytes,
             datapath,
-            state: State {
-                starting: false,
-                ..state
+            state: header.clone(),
+            header: State {
+                starting: true,
+                ..header
             },
-            stale_ingress: stale.and_then(|s| s.ingress),
-            segmenter: None,
+            parts,
+            applied: 0,
+            stale,
             _lock: lock,
             torn_down: false,
             gone: false,
         };
-        // From here on, Drop undoes everything if writing the state fails.
-        runtime::write_state(&deployment.iface, &deployment.state)?;
-        info!("shaping {} ({:?} attach)", settings.describe(), mode);
-        if settings.segmenter
-            && let Some(split_segs) = GsoLimits::split_segs(settings.rate_bps)
-        {
-            deployment.start_segmenter(split_segs)?;
+        if let Err(e) = deployment.save() {
+            // Nothing changed yet; nothing to restore.
+            deployment.torn_down = true;
+            runtime::remove_state(&deployment.iface);
+            return Err(e);
         }
+        let mut sock = Socket::open()?;
+        while deployment.applied < deployment.parts.len() {
+            // Counted before it is applied: a part that fails restores what of it was done.
+            deployment.applied += 1;
+            let at = deployment.applied - 1;
+            if let Err(e) = deployment.with_part(&mut sock, at, |part, cx| part.apply(cx)) {
+                // Drop restores every part applied, in reverse, and removes the state file.
+                drop(deployment);
+                return Err(e);
+            }
+        }
+        deployment.header.starting = false;
+        // From here on, Drop undoes everything if writing the state fails.
+        deployment.save()?;
         Ok(deployment)
     }
 
-    /// Puts the segmenter in place, recorded in the state file before it exists. One that
-    /// cannot be had is warned about: shaping goes on, with coarser bursts of forwarded
-    /// super-packets, as with a device that refuses lower GSO limits.
-    fn start_segmenter(&mut self, split_segs: u32) -> anyhow::Result<()> {
-        self.state.segmenter = Some(SegmenterState::planned(&self.iface));
-        runtime::write_state(&self.iface, &self.state)?;
-        let (iface, state) = (&self.iface, &mut self.state);
-        let started = Segmenter::start(iface, &mut self.datapath, split_segs, &mut |seg| {
-            state.segmenter = Some(seg.clone());
-            runtime::write_state(iface, state).map_err(Into::into)
-        });
-        match started {
-            Ok(seg) => {
-                self.state.segmenter = Some(seg.state().clone());
-                self.segmenter = Some(seg);
-            }
-            Err(e) => {
-                warn!(
-                    "{}: GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
-                    self.iface.name
-                );
-                self.state.segmenter = None;
-            }
+    /// Adds `part` after the others, recorded first. A part that fails is restored and left
+    /// out; the others stay.
+    pub fn add(&mut self, part: Box<dyn Part>) -> anyhow::Result<()> {
+        debug_assert_eq!(self.applied, self.parts.len());
+        self.parts.push(part);
+        if let Err(e) = self.save() {
+            self.parts.pop();
+            return Err(e);
         }
+        self.applied += 1;
+        let mut sock = Socket::open()?;
+        let at = self.applied - 1;
+        if let Err(e) = self.with_part(&mut sock, at, |part, cx| part.apply(cx)) {
+            if let Err(undo) = self.with_part(&mut sock, at, |part, cx| part.restore(cx)) {
+                warn!("restoring {}: {undo:#}", self.iface.name);
+            }
+            self.parts.pop();
+            self.applied -= 1;
+            self.save()?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on part `at` with the context of this deployment.
+    fn with_part<T>(
+        &mut self,
+        sock: &mut Socket,
+        at: usize,
+        f: impl FnOnce(&mut dyn Part, &mut Context) -> T,
+    ) -> T {
+        let mut cx = Context {
+            sock,
+            iface: &self.iface,
+            datapath: &mut self.datapath,
+            gone: self.gone,
+            state: &mut self.state,
+        };
+        f(self.parts[at].as_mut(), &mut cx)
+    }
+
+    /// Writes the state file: the header and the parts' records.
+    fn save(&mut self) -> anyhow::Result<()> {
+        let mut state = self.header.clone();
+        for part in &self.parts {
+            part.record(&mut state);
+        }
+        self.state = state;
         runtime::write_state(&self.iface, &self.state)?;
         Ok(())
     }
@@ -240,16 +224,9 @@ impl Deployment {
         &self.settings
     }
 
-    /// The ingress set-up a crashed predecessor left, once (`ingress::Ingress::start` cleans it up).
-    pub fn take_stale_ingress(&mut self) -> Option<IngressState> {
-        self.stale_ingress.take()
-    }
-
-    /// Records the ingress set-up in the state file, so a successor can undo it after a crash.
-    pub fn record_ingress(&mut self, ingress: Option<IngressState>) -> anyhow::Result<()> {
-        self.state.ingress = ingress;
-        runtime::write_state(&self.iface, &self.state)?;
-        Ok(())
+    /// What a crashed predecessor recorded, once (for a part added later to clean up).
+    pub fn take_stale(&mut self) -> Option<State> {
+        self.stale.take()
     }
 
     pub fn datapath(&self) -> &Datapath {
@@ -260,50 +237,45 @@ impl Deployment {
         &mut self.datapath
     }
 
+    /// The deployment on a device one of the parts created (the ingress direction's IFB).
+    pub fn nested_mut(&mut self) -> Option<&mut Deployment> {
+        self.parts.iter_mut().find_map(|p| p.deployment_mut())
+    }
+
     pub fn teardown(mut self) -> anyhow::Result<()> {
         self.undo()
     }
 
+    /// Restores the applied parts in reverse, then removes the state file.
     fn undo(&mut self) -> anyhow::Result<()> {
-        if self.torn_down {
+        if std::mem::replace(&mut self.torn_down, true) {
             return Ok(());
         }
-        self.torn_down = true;
-        if let Some(seg) = self.segmenter.take() {
-            seg.stop(&mut self.datapath);
-        }
-        if self.gone {
-            // Its qdiscs, filters and links went with the device.
-            let _ = self.datapath.detach();
-            runtime::remove_state(&self.iface);
-            return Ok(());
-        }
-        let detached = self.datapath.detach();
-        self.drain();
         let mut sock = Socket::open()?;
-        let restored = qdisc::restore(
-            &mut sock,
-            self.iface.ifindex,
-            &self.iface.name,
-            &self.state.original,
-        );
-        if self.state.clsact_added
-            && let Err(e) = qdisc::delete_clsact(&mut sock, self.iface.ifindex)
-        {
-            warn!("removing clsact from {}: {e}", self.iface.name);
+        let mut first_error = None;
+        for at in (0..self.applied).rev() {
+            if let Err(e) = self.with_part(&mut sock, at, |part, cx| part.restore(cx)) {
+                match first_error {
+                    None => first_error = Some(e),
+                    Some(_) => warn!("restoring {}: {e:#}", self.iface.name),
+                }
+            }
         }
-        restore_limits(&mut sock, &self.iface, self.state.original_gso);
+        self.applied = 0;
         runtime::remove_state(&self.iface);
-        detached?;
-        restored?;
-        info!("{} restored", self.iface.name);
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if !self.gone {
+            info!("{} restored", self.iface.name);
+        }
         Ok(())
     }
 
     /// Checks that what shaper installed is still in place and puts back what someone else
-    /// changed (`health`). A device that went away is a `health::Lost` error: the caller ends
-    /// the run, and teardown then removes what shaper had elsewhere (an IFB, the state file).
-    /// Any other error is a check or repair that failed, to be tried again.
+    /// changed (`health`), part by part. A device that went away is a `health::Lost` error: the
+    /// caller ends the run, and teardown then removes what shaper had elsewhere (an IFB, the
+    /// state file). Any other error is a check or repair that failed, to be tried again.
     pub fn keep(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
         if let Some(fault) = health::link_fault(&self.iface) {
             self.gone = true;
@@ -313,119 +285,10 @@ impl Deployment {
             }
             .into());
         }
-        let frame_bytes = self.iface.frame_bytes(sock)?;
-        if frame_bytes != self.frame_bytes {
-            let fault = Fault::Mtu {
-                was: self.frame_bytes,
-                now: frame_bytes,
-            };
-            self.reconfigure(sock, frame_bytes)?;
-            repaired(&self.iface, &fault, "configuration recomputed");
+        for at in 0..self.applied {
+            self.with_part(sock, at, |part, cx| part.keep(cx))?;
         }
-        let qdiscs = qdisc::list(sock, self.iface.ifindex)?;
-        if let Some(fault) = health::qdisc_fault(&qdiscs) {
-            let queues = self.iface.num_tx_queues(sock)?;
-            qdisc::install(
-                sock,
-                self.iface.ifindex,
-                &self.iface.name,
-                queues,
-                &self.settings.fq,
-            )?;
-            repaired(&self.iface, &fault, "fq re-installed");
-        }
-        for hook in [Hook::Egress, Hook::Ingress] {
-            let Some(id) = self.datapath.attached_id(hook)? else {
-                continue;
-            };
-            if health::is_attached(sock, &self.iface, self.state.attach, hook, id)? {
-                continue;
-            }
-            if self.state.attach == AttachMode::Netlink {
-                self.restore_clsact(sock)?;
-            }
-            self.datapath
-                .reattach(hook, &self.iface.name, self.state.attach)
-                .map_err(|source| DeployError::Attach {
-                    iface: self.iface.name.clone(),
-                    source: Box::new(source),
-                })?;
-            let program = match hook {
-                Hook::Egress => program_names::EGRESS,
-                Hook::Ingress => program_names::INGRESS,
-            };
-            repaired(&self.iface, &Fault::Detached { program }, "attached again");
-        }
-        self.keep_segmenter(sock)
-    }
-
-    /// Recomputes the data path's configuration for a new frame size, keeping the segmenter's
-    /// part of it.
-    fn reconfigure(&mut self, sock: &mut Socket, frame_bytes: u32) -> anyhow::Result<()> {
-        let limits = self.iface.gso_limits(sock).unwrap_or(GsoLimits::UNKNOWN);
-        let current = self.datapath.config();
-        let config = ShaperConfig {
-            split_gso_segs: current.split_gso_segs,
-            segmenter_ifindex: current.segmenter_ifindex,
-            ..self
-                .settings
-                .datapath_config(frame_bytes, limits.largest_packet_bytes(frame_bytes))
-        };
-        self.datapath.configure(&config)?;
-        self.frame_bytes = frame_bytes;
         Ok(())
-    }
-
-    /// Puts clsact back for a netlink filter (someone deleted it, and shaper's filters with
-    /// it); recorded first, so that shaper removes what it added.
-    fn restore_clsact(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
-        if qdisc::ingress_slot(sock, self.iface.ifindex)?.as_deref() == Some("clsact") {
-            return Ok(());
-        }
-        self.state.clsact_added = true;
-        runtime::write_state(&self.iface, &self.state)?;
-        clsact::add_recorded(sock, &self.iface, &mut self.state.clsact_added)?;
-        Ok(())
-    }
-
-    /// The segmenter's filter is put back; a segmenter whose IFB is gone is started anew.
-    fn keep_segmenter(&mut self, sock: &mut Socket) -> anyhow::Result<()> {
-        let Some(seg) = self.segmenter.as_mut() else {
-            return Ok(());
-        };
-        let Some(fault) = seg.fault(sock, &self.datapath)? else {
-            return Ok(());
-        };
-        if let Fault::Filter { .. } = fault {
-            let (iface, state) = (&self.iface, &mut self.state);
-            seg.restore_filter(sock, &self.datapath, &mut |seg| {
-                state.segmenter = Some(seg.clone());
-                runtime::write_state(iface, state).map_err(Into::into)
-            })?;
-            repaired(&self.iface, &fault, "filter added again");
-            return Ok(());
-        }
-        let split_segs = self.datapath.config().split_gso_segs;
-        if let Some(seg) = self.segmenter.take() {
-            seg.stop(&mut self.datapath);
-        }
-        self.start_segmenter(split_segs)?;
-        repaired(&self.iface, &fault, "segmenter started again");
-        Ok(())
-    }
-
-    /// Waits until the departure clock has passed, so fq is empty when it is replaced.
-    fn drain(&self) {
-        let deadline = Instant::now() + MAX_DRAIN;
-        while Instant::now() < deadline {
-            match self.datapath.snapshot() {
-                Ok(view) if view.backlog_ns > 0 => std::thread::sleep(
-                    Duration::from_nanos(view.backlog_ns).min(Duration::from_millis(50))
-                        + Duration::from_millis(1),
-                ),
-                _ => break,
-            }
-        }
     }
 }
 
@@ -434,19 +297,5 @@ impl Drop for Deployment {
         if let Err(e) = self.undo() {
             warn!("restoring {}: {e:#}", self.iface.name);
         }
-    }
-}
-
-fn repaired(iface: &Interface, fault: &Fault, action: &str) {
-    warn!("{}: {fault} behind shaper's back; {action}", iface.name);
-}
-
-/// Best-effort undo of a partial `apply`.
-fn rollback(sock: &mut Socket, iface: &Interface, original: &Snapshot, clsact_added: bool) {
-    if clsact_added {
-        let _ = qdisc::delete_clsact(sock, iface.ifindex);
-    }
-    if let Err(e) = qdisc::restore(sock, iface.ifindex, &iface.name, original) {
-        warn!("rolling back {}: {e}", iface.name);
     }
 }

@@ -65,22 +65,6 @@ impl Matcher<'_> {
 }
 
 impl Filter {
-    pub fn matchall(ifindex: u32, hook: Hook) -> Self {
-        Self {
-            ifindex,
-            hook,
-            kind: "matchall",
-        }
-    }
-
-    pub fn program(ifindex: u32, hook: Hook) -> Self {
-        Self {
-            ifindex,
-            hook,
-            kind: "bpf",
-        }
-    }
-
     fn tcmsg(&self) -> Vec<u8> {
         let parent = match self.hook {
             Hook::Ingress => CLSACT_INGRESS,

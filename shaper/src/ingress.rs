@@ -14,16 +14,15 @@
 use tracing::{info, warn};
 
 use crate::{
-    clsact,
     config::Settings,
-    deploy::Deployment,
-    filter::{Filter, Hook, Matcher},
+    deploy::{Context, Deployment, Part},
+    filter::{Filter, Matcher},
     health::Fault,
-    link::{self, GroLimits, Interface, LinkError, apply_limits, plan_limits, restore_limits},
+    link::{self, GroLimits, INGRESS_IFB, Interface, LinkError, plan_limits, restore_limits},
     netlink::{NetlinkError, Socket},
-    qdisc,
-    record::IngressState,
+    record::{IngressState, State},
     runtime,
+    shape::{self, Limits},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -46,126 +45,120 @@ pub enum IngressError {
     },
 }
 
+/// The ingress direction, a part of its interface's deployment: the IFB with its own deployment,
+/// the redirect to it, and the interface's GRO limits.
 pub struct Ingress {
-    iface: Interface,
+    /// The IFB's settings (the ingress rate).
     settings: Settings,
-    /// The IFB's own deployment; taken on teardown.
-    deployment: Option<Deployment>,
     state: IngressState,
+    gro: Limits<GroLimits>,
+    /// The IFB, once created (what restore removes).
+    ifb: Option<Interface>,
+    /// The IFB's own deployment; taken on restore.
+    deployment: Option<Deployment>,
 }
 
-impl Ingress {
-    /// The ingress direction of `egress`'s interface as `settings` ask (`--ingress-rate`; `None`
-    /// without it), recorded in the interface's state file. What a crashed predecessor set up
-    /// for its ingress is cleaned up either way.
-    pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<Option<Self>> {
-        let stale = egress.take_stale_ingress();
-        let Some(settings) = settings.for_ingress(&link::ifb_name("ifb4", egress.iface())) else {
-            if let Some(stale) = stale {
-                clean_stale(egress.iface(), &stale)?;
-            }
-            return Ok(None);
-        };
-        egress.record_ingress(Some(IngressState::planned(&settings.iface)))?;
-        let iface = egress.iface().clone();
-        let ingress = Self::apply(settings, &iface, stale, &mut |state| {
-            egress.record_ingress(Some(state.clone()))
-        })?;
-        Ok(Some(ingress))
+/// Adds the ingress direction to `egress` as `settings` ask (`--ingress-rate`; nothing without
+/// it). What a crashed predecessor set up for its ingress is cleaned up either way.
+pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()> {
+    let stale = egress.take_stale().and_then(|s| s.ingress);
+    if let Some(stale) = &stale {
+        clean_stale(egress.iface(), stale)?;
+    }
+    let Some(settings) = settings.for_ingress(&INGRESS_IFB.name(egress.iface())) else {
+        return Ok(());
+    };
+    let gro = plan_limits::<GroLimits>(
+        &mut Socket::open()?,
+        egress.iface(),
+        settings.rate_bps,
+        settings.split_gso,
+        stale.and_then(|s| s.original_gro),
+    );
+    let ingress = Ingress {
+        state: IngressState::planned(&settings.iface),
+        settings,
+        gro: Limits::new(gro, None),
+        ifb: None,
+        deployment: None,
+    };
+    egress.add(Box::new(ingress))
+}
+
+impl Part for Ingress {
+    fn record(&self, state: &mut State) {
+        state.ingress = Some(IngressState {
+            original_gro: self.gro.original(),
+            ..self.state.clone()
+        });
     }
 
-    /// Shapes what arrives on `iface` with `settings` (whose `iface` is [`ifb_name`]), after
-    /// cleaning up what a crashed predecessor left (`stale`). What it changes on `iface` is
-    /// passed to `record` before it is changed, so that a crash at any point leaves a record a
-    /// successor can undo. Either completes or undoes its own steps.
-    fn apply(
-        settings: Settings,
-        iface: &Interface,
-        stale: Option<IngressState>,
-        record: &mut dyn FnMut(&IngressState) -> anyhow::Result<()>,
-    ) -> anyhow::Result<Self> {
-        let mut sock = Socket::open()?;
-        let recorded_gro = stale.as_ref().and_then(|s| s.original_gro);
-        if let Some(stale) = &stale {
-            clean_stale(iface, stale)?;
-        }
-        let name = settings.iface.clone();
+    /// Creates the IFB and shapes it, then redirects `iface`'s ingress to it. A device that
+    /// already holds the IFB's name is refused, not taken over.
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let name = self.settings.iface.clone();
         if Interface::lookup(&name).is_ok() {
             return Err(IngressError::IfbExists {
                 ifb: name,
-                iface: iface.name.clone(),
+                iface: cx.iface.name.clone(),
             }
             .into());
         }
         let queues = link::ifb_queues();
-        let mtu = iface.mtu(&mut sock)?;
-        let ifb = Interface::create_ifb(&mut sock, &name, mtu, queues, None).map_err(|source| {
+        let mtu = cx.iface.mtu(cx.sock)?;
+        let ifb = Interface::create_ifb(cx.sock, &name, mtu, queues, None).map_err(|source| {
             IngressError::Ifb {
                 ifb: name.clone(),
                 source,
             }
         })?;
-        let deployment = match Deployment::apply(&settings, ifb.clone()) {
-            Ok(d) => d,
-            Err(e) => {
-                let _ = ifb.delete(&mut sock);
-                return Err(e);
-            }
-        };
-        let mut ingress = Self {
-            iface: iface.clone(),
-            settings,
-            deployment: Some(deployment),
-            state: IngressState::planned(&name),
-        };
-        // From here on, Drop undoes what is recorded in `state`.
-        let add_clsact =
-            qdisc::ingress_slot(&mut sock, iface.ifindex)?.as_deref() != Some("clsact");
-        let gro = plan_limits::<GroLimits>(
-            &mut sock,
-            iface,
-            ingress.settings.rate_bps,
-            ingress.settings.split_gso,
-            recorded_gro,
-        );
-        ingress.state.clsact_added = add_clsact;
-        ingress.state.original_gro = gro.as_ref().and_then(|plan| plan.to_restore());
-        record(&ingress.state)?;
-        if add_clsact {
-            clsact::add_recorded(&mut sock, iface, &mut ingress.state.clsact_added)?;
-        }
-        add_redirect(&mut sock, iface, &ifb)?;
-        if let Some(plan) = gro {
-            apply_limits(&mut sock, iface, plan);
-        }
+        self.ifb = Some(ifb.clone());
+        self.deployment = Some(shape::apply(&self.settings, ifb.clone())?);
+        cx.ensure_clsact(self, |i| &mut i.state.clsact_added)?;
+        add_redirect(cx.sock, cx.iface, &ifb)?;
+        self.gro.apply(cx.sock, cx.iface);
         info!(
             "shaping {}'s ingress on {name} ({queues} queues)",
-            iface.name
+            cx.iface.name
         );
-        Ok(ingress)
+        Ok(())
     }
 
-    /// Checks the redirect and the IFB's own deployment (`Deployment::keep`), putting back
-    /// what someone else removed; a change to the recorded set-up goes to `record` first.
-    pub fn keep(
-        &mut self,
-        sock: &mut Socket,
-        record: &mut dyn FnMut(&IngressState) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let deployment = self.deployment.as_mut().expect("present until teardown");
-        deployment.keep(sock)?;
-        if redirect(&self.iface).is_present(sock, None)? {
+    /// Stops the redirect first, puts the GRO limits back, lets what the IFB holds leave, then
+    /// removes the IFB.
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let Some(ifb) = self.ifb.take() else {
+            return Ok(());
+        };
+        // The redirect (and clsact for it) comes after the IFB's deployment.
+        if !cx.gone && self.deployment.is_some() {
+            if let Err(e) = redirect(cx.iface).remove(cx.sock, self.state.clsact_added) {
+                warn!("removing the redirect from {}: {e}", cx.iface.name);
+            }
+            self.gro.restore(cx.sock, cx.iface);
+        }
+        let drained = self.deployment.take().map_or(Ok(()), Deployment::teardown);
+        if let Err(e) = ifb.delete(cx.sock) {
+            warn!("deleting {}: {e}", ifb.name);
+        }
+        drained
+    }
+
+    /// Checks the IFB's own deployment (`Deployment::keep`) and the redirect, putting back what
+    /// someone else removed.
+    fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let (Some(deployment), Some(ifb)) = (self.deployment.as_mut(), self.ifb.clone()) else {
+            return Ok(());
+        };
+        deployment.keep(cx.sock)?;
+        if redirect(cx.iface).is_present(cx.sock, None)? {
             return Ok(());
         }
-        if qdisc::ingress_slot(sock, self.iface.ifindex)?.as_deref() != Some("clsact") {
-            self.state.clsact_added = true;
-            record(&self.state)?;
-            clsact::add_recorded(sock, &self.iface, &mut self.state.clsact_added)?;
-        }
-        add_redirect(sock, &self.iface, deployment.iface())?;
+        cx.ensure_clsact(self, |i| &mut i.state.clsact_added)?;
+        add_redirect(cx.sock, cx.iface, &ifb)?;
         warn!(
             "{}: {} behind shaper's back; added again",
-            self.iface.name,
+            cx.iface.name,
             Fault::Filter {
                 what: "the ingress redirect"
             }
@@ -173,48 +166,13 @@ impl Ingress {
         Ok(())
     }
 
-    /// The ingress direction's settings (its rate; the IFB as its interface).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    pub fn deployment_mut(&mut self) -> &mut Deployment {
-        self.deployment.as_mut().expect("present until teardown")
-    }
-
-    /// Stops the redirect first, lets what the IFB holds leave, then removes the IFB.
-    pub fn teardown(mut self) -> anyhow::Result<()> {
-        self.undo()
-    }
-
-    fn undo(&mut self) -> anyhow::Result<()> {
-        let Some(deployment) = self.deployment.take() else {
-            return Ok(());
-        };
-        let mut sock = Socket::open()?;
-        if let Err(e) = redirect(&self.iface).remove(&mut sock, self.state.clsact_added) {
-            warn!("removing the redirect from {}: {e}", self.iface.name);
-        }
-        restore_limits(&mut sock, &self.iface, self.state.original_gro);
-        let ifb = deployment.iface().clone();
-        let drained = deployment.teardown();
-        if let Err(e) = ifb.delete(&mut sock) {
-            warn!("deleting {}: {e}", ifb.name);
-        }
-        drained
-    }
-}
-
-impl Drop for Ingress {
-    fn drop(&mut self) {
-        if let Err(e) = self.undo() {
-            warn!("restoring {}'s ingress: {e:#}", self.iface.name);
-        }
+    fn deployment_mut(&mut self) -> Option<&mut Deployment> {
+        self.deployment.as_mut()
     }
 }
 
 /// Undoes a crashed shaper's ingress set-up: its redirect, its IFB (with its state file). Its
-/// original GRO limits are restored here; `Ingress::apply` takes them as its baseline.
+/// original GRO limits are restored here; [`start`] takes them as its baseline.
 pub(crate) fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     restore_limits(sock, iface, stale.original_gro);
@@ -236,5 +194,5 @@ fn add_redirect(sock: &mut Socket, iface: &Interface, ifb: &Interface) -> anyhow
 
 /// The redirect: the last filter of the interface's ingress.
 fn redirect(iface: &Interface) -> Filter {
-    Filter::matchall(iface.ifindex, Hook::Ingress)
+    INGRESS_IFB.redirect(iface)
 }

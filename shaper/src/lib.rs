@@ -23,4 +23,5 @@ pub mod reset;
 pub mod runtime;
 pub mod sampling;
 pub mod segmenter;
+pub mod shape;
 pub mod stats;

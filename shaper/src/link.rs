@@ -6,11 +6,14 @@ use std::{ffi::CString, os::unix::fs::MetadataExt};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::netlink::{
-    Attrs, IFLA_GRO_IPV4_MAX_SIZE, IFLA_GRO_MAX_SIZE, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE,
-    IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_MTU, IFLA_NUM_RX_QUEUES, IFLA_NUM_TX_QUEUES,
-    IFLA_TXQLEN, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK,
-    Socket, parse_attrs,
+use crate::{
+    filter::{Filter, Hook},
+    netlink::{
+        Attrs, IFLA_GRO_IPV4_MAX_SIZE, IFLA_GRO_MAX_SIZE, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE,
+        IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_MTU, IFLA_NUM_RX_QUEUES,
+        IFLA_NUM_TX_QUEUES, IFLA_TXQLEN, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELLINK,
+        RTM_GETLINK, RTM_NEWLINK, Socket, parse_attrs,
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -220,14 +223,56 @@ fn link_attrs(replies: &[Vec<u8>]) -> impl Iterator<Item = (u16, u16, &[u8])> {
 /// Enough IFB queues that a direction through an IFB is not one qdisc lock for every CPU.
 const MAX_IFB_QUEUES: u32 = 16;
 
-/// The name of an IFB serving `iface`: `<prefix><iface>` where it fits in 15 bytes (as
-/// sqm-scripts' `ifb4<iface>`), else `<prefix>i<ifindex>`.
-pub fn ifb_name(prefix: &str, iface: &Interface) -> String {
-    let name = format!("{prefix}{}", iface.name);
-    if name.len() <= 15 {
-        name
-    } else {
-        format!("{prefix}i{}", iface.ifindex)
+/// An IFB device shaper creates for an interface, and the filter of the interface's clsact
+/// that sends packets to it: the one place that knows the IFBs' names and roles, for the parts
+/// that create them and for `shaper reset`, which removes them without a record.
+#[derive(Debug, Clone, Copy)]
+pub struct IfbRole {
+    prefix: &'static str,
+    /// The interface's hook whose last filter redirects to the IFB.
+    pub hook: Hook,
+    /// That filter's kind.
+    pub kind: &'static str,
+}
+
+/// Ingress shaping's IFB (`ingress`), which a `matchall` redirect at the interface's ingress
+/// feeds.
+pub const INGRESS_IFB: IfbRole = IfbRole {
+    prefix: "ifb4",
+    hook: Hook::Ingress,
+    kind: "matchall",
+};
+
+/// The segmenter's IFB (`segmenter`), which a classifier program at the interface's egress
+/// feeds.
+pub const SEGMENTER_IFB: IfbRole = IfbRole {
+    prefix: "seg4",
+    hook: Hook::Egress,
+    kind: "bpf",
+};
+
+/// Every IFB shaper creates.
+pub const IFB_ROLES: [IfbRole; 2] = [INGRESS_IFB, SEGMENTER_IFB];
+
+impl IfbRole {
+    /// The IFB's name for `iface`: `<prefix><iface>` where it fits in 15 bytes (as
+    /// sqm-scripts' `ifb4<iface>`), else `<prefix>i<ifindex>`.
+    pub fn name(&self, iface: &Interface) -> String {
+        let name = format!("{}{}", self.prefix, iface.name);
+        if name.len() <= 15 {
+            name
+        } else {
+            format!("{}i{}", self.prefix, iface.ifindex)
+        }
+    }
+
+    /// The filter that redirects `iface`'s packets to the IFB: the last of its hook.
+    pub fn redirect(&self, iface: &Interface) -> Filter {
+        Filter {
+            ifindex: iface.ifindex,
+            hook: self.hook,
+            kind: self.kind,
+        }
     }
 }
 

@@ -59,7 +59,7 @@ impl Qdisc {
 }
 
 /// What an interface had before shaper touched it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub root: Option<Qdisc>,
     /// Leaves under an mq root.

@@ -101,7 +101,7 @@ impl SegmenterState {
     /// Recorded before anything is set up, so that a crash half-way leaves a record of the IFB.
     pub fn planned(iface: &Interface) -> Self {
         Self {
-            ifb: link::ifb_name("seg4", iface),
+            ifb: link::SEGMENTER_IFB.name(iface),
             clsact_added: false,
         }
     }

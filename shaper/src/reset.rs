@@ -3,7 +3,7 @@
 
 use crate::{
     bpf,
-    filter::{self, Filter, Hook},
+    filter::{self, Hook},
     ingress,
     link::{self, Interface, restore_limits},
     netlink::{NetlinkError, Socket},
@@ -62,21 +62,11 @@ pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
         bpf::remove_stale_filter(&iface.name);
         done.push("shaper's programs".into());
     }
-    for prefix in ["ifb4", "seg4"] {
-        let name = link::ifb_name(prefix, iface);
+    for role in link::IFB_ROLES {
+        let name = role.name(iface);
         if Interface::lookup(&name).is_ok_and(|ifb| ifb.kind(&mut sock).is_ok_and(|k| k == "ifb")) {
             // Its redirect would send to a device that is about to go.
-            let hook = if prefix == "ifb4" {
-                Hook::Ingress
-            } else {
-                Hook::Egress
-            };
-            let kind = if prefix == "ifb4" { "matchall" } else { "bpf" };
-            let redirect = Filter {
-                ifindex: iface.ifindex,
-                hook,
-                kind,
-            };
+            let redirect = role.redirect(iface);
             if redirect.is_present(&mut sock, None)? {
                 redirect.remove(&mut sock, false)?;
             }
@@ -88,12 +78,7 @@ pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
         .iter()
         .any(|q| q.parent == qdisc::TC_H_ROOT && q.is_shaper())
     {
-        let default = Snapshot {
-            root: None,
-            leaves: Vec::new(),
-            clsact: false,
-        };
-        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &default)?;
+        qdisc::restore(&mut sock, iface.ifindex, &iface.name, &Snapshot::default())?;
         done.push("shaper's root qdisc (the kernel's default put back)".into());
     }
     Ok(done)

@@ -20,14 +20,12 @@
 use tracing::{info, warn};
 
 use crate::{
-    bpf::Datapath,
-    clsact,
-    filter::{Filter, Hook, Matcher},
+    deploy::{Context, Part, repaired},
+    filter::{Filter, Matcher},
     health::{self, Fault},
-    link::{self, GsoLimits, Interface, LinkError},
+    link::{self, GsoLimits, Interface, LinkError, SEGMENTER_IFB},
     netlink::{NetlinkError, Socket},
-    qdisc,
-    record::SegmenterState,
+    record::{SegmenterState, State},
     runtime,
 };
 use shaper_common::names::program_names;
@@ -52,103 +50,54 @@ const IFB_TXQLEN: u32 = 1000;
 /// microseconds) before it is deleted.
 const DRAIN: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The segmenter, a part of its interface's deployment (after the programs, whose data path
+/// sends it packets).
 pub struct Segmenter {
-    iface: Interface,
-    ifb: Interface,
     state: SegmenterState,
-    /// Removed (by `stop`, or by `Drop` after a failed start or a panic).
-    removed: bool,
+    /// Packets of more segments than this are split.
+    split_segs: u32,
+    /// The IFB, once created (what restore removes).
+    ifb: Option<Interface>,
+    /// Given up after it could not be started again: no longer recorded or kept.
+    given_up: bool,
 }
 
 impl Segmenter {
-    /// Splits `iface`'s GSO packets of more than `split_segs` segments before `datapath`
-    /// stamps them. What it changes on `iface` is passed to `record` before it is changed, so
-    /// that a crash at any point leaves a record a successor can undo. Either completes or
-    /// undoes its own steps.
-    pub fn start(
-        iface: &Interface,
-        datapath: &mut Datapath,
-        split_segs: u32,
-        record: &mut dyn FnMut(&SegmenterState) -> anyhow::Result<()>,
-    ) -> anyhow::Result<Self> {
-        let mut sock = Socket::open()?;
-        let state = SegmenterState::planned(iface);
-        if Interface::lookup(&state.ifb).is_ok() {
-            return Err(SegmenterError::IfbExists {
-                ifb: state.ifb,
-                iface: iface.name.clone(),
-            }
-            .into());
+    /// Splits `iface`'s GSO packets of more than `split_segs` segments before its data path
+    /// stamps them.
+    pub fn new(iface: &Interface, split_segs: u32) -> Self {
+        Self {
+            state: SegmenterState::planned(iface),
+            split_segs,
+            ifb: None,
+            given_up: false,
         }
-        let mtu = iface.mtu(&mut sock)?;
-        let ifb = Interface::create_ifb(
-            &mut sock,
-            &state.ifb,
-            mtu,
-            link::ifb_queues(),
-            Some(IFB_TXQLEN),
-        )
-        .map_err(|source| SegmenterError::Ifb {
-            ifb: state.ifb.clone(),
-            source,
-        })?;
-        let mut segmenter = Self {
-            iface: iface.clone(),
-            ifb,
-            state,
-            removed: false,
-        };
-        // From here on, Drop undoes what is recorded in `state`.
-        segmenter.ifb.set_gso_limits(
-            &mut sock,
-            GsoLimits {
-                max_size: GsoLimits::UNKNOWN.max_size,
-                max_segs: 1,
-            },
-        )?;
-        segmenter.restore_filter(&mut sock, datapath, record)?;
-        datapath.set_segmenter(Some((split_segs, segmenter.ifb.ifindex)))?;
-        info!(
-            "{}: GSO packets of more than {split_segs} segments are split on {} before shaping",
-            iface.name, segmenter.ifb.name
-        );
-        Ok(segmenter)
     }
 
     /// Adds the filter that sends the data path's verdicts to the IFB (and clsact for it when
     /// the interface has none, recorded first).
-    pub fn restore_filter(
-        &mut self,
-        sock: &mut Socket,
-        datapath: &Datapath,
-        record: &mut dyn FnMut(&SegmenterState) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let iface = &self.iface;
-        if qdisc::ingress_slot(sock, iface.ifindex)?.as_deref() != Some("clsact") {
-            self.state.clsact_added = true;
-            record(&self.state)?;
-            clsact::add_recorded(sock, iface, &mut self.state.clsact_added)?;
-        }
+    fn add_filter(&mut self, cx: &mut Context, ifb: &Interface) -> anyhow::Result<()> {
+        cx.ensure_clsact(self, |s| &mut s.state.clsact_added)?;
         let program = Matcher::Program {
-            fd: datapath.segment_program()?,
+            fd: cx.datapath.segment_program()?,
             name: program_names::SEGMENT,
         };
-        filter(iface)
-            .add_redirect(sock, program, self.ifb.ifindex)
+        filter(cx.iface)
+            .add_redirect(cx.sock, program, ifb.ifindex)
             .map_err(|source| SegmenterError::Filter {
-                iface: iface.name.clone(),
+                iface: cx.iface.name.clone(),
                 source,
             })?;
         Ok(())
     }
 
     /// What is no longer in place: the IFB (gone or replaced) or the filter.
-    pub fn fault(&self, sock: &mut Socket, datapath: &Datapath) -> anyhow::Result<Option<Fault>> {
-        if let Some(fault) = health::link_fault(&self.ifb) {
+    fn fault(&self, cx: &mut Context, ifb: &Interface) -> anyhow::Result<Option<Fault>> {
+        if let Some(fault) = health::link_fault(ifb) {
             return Ok(Some(fault));
         }
-        let program_id = datapath.program(program_names::SEGMENT)?.info()?.id();
-        if filter(&self.iface).is_present(sock, Some(program_id))? {
+        let program_id = cx.datapath.program(program_names::SEGMENT)?.info()?.id();
+        if filter(cx.iface).is_present(cx.sock, Some(program_id))? {
             return Ok(None);
         }
         Ok(Some(Fault::Filter {
@@ -156,41 +105,103 @@ impl Segmenter {
         }))
     }
 
-    pub fn state(&self) -> &SegmenterState {
-        &self.state
-    }
-
-    /// Sends no more packets to the segmenter, lets it hand back what it holds, removes it.
-    pub fn stop(mut self, datapath: &mut Datapath) {
-        if let Err(e) = datapath.set_segmenter(None) {
-            warn!("turning the segmenter of {} off: {e}", self.iface.name);
-        }
-        self.undo();
-    }
-
-    fn undo(&mut self) {
-        if std::mem::replace(&mut self.removed, true) {
-            return;
-        }
-        let mut sock = match Socket::open() {
-            Ok(s) => s,
+    /// Starts the segmenter anew (its IFB went away), recorded as planned first; one that
+    /// cannot be had is given up, with a warning, as at start.
+    fn restart(&mut self, cx: &mut Context, fault: &Fault) -> anyhow::Result<()> {
+        self.restore(cx)?;
+        self.state = SegmenterState::planned(cx.iface);
+        cx.record(self)?;
+        match self.apply(cx) {
+            Ok(()) => repaired(cx.iface, fault, "segmenter started again"),
             Err(e) => {
-                warn!("removing the segmenter of {}: {e}", self.iface.name);
-                return;
+                self.restore(cx)?;
+                self.given_up = true;
+                cx.record(self)?;
+                warn!(
+                    "{}: {fault}; GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
+                    cx.iface.name
+                );
             }
-        };
-        remove(&mut sock, &self.iface, &self.state);
-        std::thread::sleep(DRAIN);
-        if let Err(e) = self.ifb.delete(&mut sock) {
-            warn!("deleting {}: {e}", self.ifb.name);
         }
+        Ok(())
     }
 }
 
-impl Drop for Segmenter {
-    fn drop(&mut self) {
-        // Not stopped (a failed start, a panic): the data path goes away with its owner.
-        self.undo();
+impl Part for Segmenter {
+    fn record(&self, state: &mut State) {
+        state.segmenter = (!self.given_up).then(|| self.state.clone());
+    }
+
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if Interface::lookup(&self.state.ifb).is_ok() {
+            return Err(SegmenterError::IfbExists {
+                ifb: self.state.ifb.clone(),
+                iface: cx.iface.name.clone(),
+            }
+            .into());
+        }
+        let mtu = cx.iface.mtu(cx.sock)?;
+        let ifb = Interface::create_ifb(
+            cx.sock,
+            &self.state.ifb,
+            mtu,
+            link::ifb_queues(),
+            Some(IFB_TXQLEN),
+        )
+        .map_err(|source| SegmenterError::Ifb {
+            ifb: self.state.ifb.clone(),
+            source,
+        })?;
+        self.ifb = Some(ifb.clone());
+        ifb.set_gso_limits(
+            cx.sock,
+            GsoLimits {
+                max_size: GsoLimits::UNKNOWN.max_size,
+                max_segs: 1,
+            },
+        )?;
+        self.add_filter(cx, &ifb)?;
+        cx.datapath
+            .set_segmenter(Some((self.split_segs, ifb.ifindex)))?;
+        info!(
+            "{}: GSO packets of more than {} segments are split on {} before shaping",
+            cx.iface.name, self.split_segs, ifb.name
+        );
+        Ok(())
+    }
+
+    /// Sends no more packets to the segmenter, lets it hand back what it holds, removes it.
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let Some(ifb) = self.ifb.take() else {
+            return Ok(());
+        };
+        if let Err(e) = cx.datapath.set_segmenter(None) {
+            warn!("turning the segmenter of {} off: {e}", cx.iface.name);
+        }
+        if !cx.gone {
+            remove(cx.sock, cx.iface, &self.state);
+        }
+        std::thread::sleep(DRAIN);
+        if let Err(e) = ifb.delete(cx.sock) {
+            warn!("deleting {}: {e}", ifb.name);
+        }
+        Ok(())
+    }
+
+    /// The filter is put back; a segmenter whose IFB is gone is started anew.
+    fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let Some(ifb) = self.ifb.clone() else {
+            return Ok(());
+        };
+        match self.fault(cx, &ifb)? {
+            None => Ok(()),
+            Some(fault @ Fault::Filter { .. }) => {
+                self.add_filter(cx, &ifb)?;
+                repaired(cx.iface, &fault, "filter added again");
+                Ok(())
+            }
+            Some(fault) => self.restart(cx, &fault),
+        }
     }
 }
 
@@ -211,5 +222,5 @@ fn remove(sock: &mut Socket, iface: &Interface, state: &SegmenterState) {
 
 /// The segmenter's filter: the last of the interface's egress.
 fn filter(iface: &Interface) -> Filter {
-    Filter::program(iface.ifindex, Hook::Egress)
+    SEGMENTER_IFB.redirect(iface)
 }

@@ -9,11 +9,10 @@ use crate::{
     config::{CliConfig, Settings},
     control::{self, Controller},
     deploy::Deployment,
-    health,
-    ingress::Ingress,
+    health, ingress,
     link::Interface,
     netlink::Socket,
-    probe,
+    probe, shape,
 };
 
 #[derive(Debug, clap::Args)]
@@ -100,14 +99,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let _runtime = runtime.enter();
         StopSignals::listen()?
     };
-    let mut deployment = Deployment::apply(&settings, iface)?;
-    let mut ingress = Ingress::start(&settings, &mut deployment)?;
+    let mut deployment = shape::apply(&settings, iface)?;
+    ingress::start(&settings, &mut deployment)?;
 
-    let served = runtime.block_on(serve(&mut deployment, ingress.as_mut(), stop));
-    // The ingress goes first (its redirect, then its IFB), then the interface itself.
-    let ingress_restored = ingress.map_or(Ok(()), Ingress::teardown);
+    let served = runtime.block_on(serve(&mut deployment, stop));
+    // The parts go in reverse: the ingress first (its redirect, then its IFB), then the rest.
     let restored = deployment.teardown();
-    served.and(ingress_restored).and(restored)
+    served.and(restored)
 }
 
 /// SIGINT and SIGTERM, each kept from its arrival until `serve` sees it.
@@ -127,18 +125,14 @@ impl StopSignals {
 
 /// Runs each direction's control loop, and keeps what shaper installed in place, until SIGINT
 /// or SIGTERM, or until the interface (or the IFB) goes away.
-async fn serve(
-    egress: &mut Deployment,
-    mut ingress: Option<&mut Ingress>,
-    stop: StopSignals,
-) -> anyhow::Result<()> {
+async fn serve(deployment: &mut Deployment, stop: StopSignals) -> anyhow::Result<()> {
     let StopSignals {
         term: mut sigterm,
         int: mut sigint,
     } = stop;
     let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
-    let mut egress_control = controller(egress.settings());
-    let mut ingress_control = ingress.as_ref().map(|i| controller(i.settings()));
+    let mut egress_control = controller(deployment.settings());
+    let mut ingress_control = deployment.nested_mut().map(|i| controller(i.settings()));
     let mut tick = tokio::time::interval(control::INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut check = tokio::time::interval(health::INTERVAL);
@@ -150,17 +144,13 @@ async fn serve(
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
             _ = tick.tick() => {
-                control_tick(egress, &mut egress_control);
-                if let (Some(i), Some(c)) = (ingress.as_mut(), ingress_control.as_mut()) {
-                    control_tick(i.deployment_mut(), c);
+                control_tick(deployment, &mut egress_control);
+                if let (Some(i), Some(c)) = (deployment.nested_mut(), ingress_control.as_mut()) {
+                    control_tick(i, c);
                 }
             }
             _ = check.tick() => {
-                let kept = egress.keep(&mut sock).and_then(|()| match ingress.as_mut() {
-                    Some(i) => i.keep(&mut sock, &mut |s| egress.record_ingress(Some(s.clone()))),
-                    None => Ok(()),
-                });
-                match kept {
+                match deployment.keep(&mut sock) {
                     Ok(()) => failed_checks = 0,
                     Err(e) if e.is::<health::Lost>() => return Err(e),
                     Err(e) => {

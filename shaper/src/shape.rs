@@ -1,0 +1,374 @@
+//! Shaping a device's egress: the parts of its deployment, in the order they are applied.
+//!
+//! 1. The device's GSO limits, lowered at low rates (`link::GsoLimits`), so that what local TCP
+//!    builds fits the calendar the data path was configured for before the programs see it.
+//! 2. The root qdisc: fq (mq + fq on multi-queue devices), which releases packets at the
+//!    departure times the data path stamps.
+//! 3. The programs: a TCX link, or (kernels < 6.6) a netlink filter under clsact. Restored in
+//!    reverse, they detach before the root qdisc goes back, and what they already scheduled
+//!    leaves first ([`MAX_DRAIN`]), so that exiting drops no traffic.
+//! 4. The segmenter (`segmenter`), where the rate asks for one; one that cannot be had is
+//!    warned about and left out.
+//!
+//! The ingress direction (`ingress`) is added after these by the caller.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_names};
+
+use crate::{
+    bpf::{self, Datapath},
+    config::Settings,
+    deploy::{Context, Deployment, Part, repaired},
+    filter::Hook,
+    health::{self, Fault},
+    link::{
+        DeviceLimits, GsoLimits, Interface, LimitsPlan, apply_limits, plan_limits, restore_limits,
+    },
+    netlink::Socket,
+    probe,
+    qdisc::{self, FqParams, Snapshot},
+    record::{AttachMode, State},
+    runtime::{self, InterfaceLock},
+    segmenter::{self, Segmenter},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    #[error("attaching to {iface}: {source}")]
+    Attach {
+        iface: String,
+        source: Box<bpf::BpfError>,
+    },
+}
+
+/// Longest wait at exit for already-scheduled packets to leave before fq is replaced.
+const MAX_DRAIN: Duration = Duration::from_secs(3);
+
+/// Shapes `iface`'s egress with `settings`, taking over (and in the end restoring) what a
+/// crashed predecessor recorded for it.
+pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment> {
+    let lock = InterfaceLock::acquire(&iface)?;
+    let stale = runtime::read_state(&iface).unwrap_or_else(|e| {
+        warn!("ignoring unreadable state: {e}");
+        None
+    });
+    let mut sock = Socket::open()?;
+    let frame_bytes = iface.frame_bytes(&mut sock)?;
+    let gso = plan_limits::<GsoLimits>(
+        &mut sock,
+        &iface,
+        settings.rate_bps,
+        settings.split_gso,
+        stale.as_ref().and_then(|s| s.original_gso),
+    );
+    let largest_packet = match &gso {
+        Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
+        None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
+    };
+    if let Some(seg) = stale.as_ref().and_then(|s| s.segmenter.as_ref()) {
+        segmenter::clean_stale(&iface, seg)?;
+    }
+    let mut datapath = Datapath::load(&settings.state)?;
+    datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
+
+    let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
+    let (original, clsact_added) = match &stale {
+        Some(prev) => {
+            warn!(
+                "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
+                prev.pid, iface.name
+            );
+            if prev.attach == AttachMode::Netlink {
+                bpf::remove_stale_filter(&iface.name);
+            }
+            (prev.original.clone(), prev.clsact_added)
+        }
+        None => (current.clone(), false),
+    };
+    let mode = if probe::has_tcx() {
+        AttachMode::Tcx
+    } else {
+        AttachMode::Netlink
+    };
+    let header = State {
+        pid: std::process::id(),
+        iface: iface.name.clone(),
+        ifindex: iface.ifindex,
+        rate_bps: settings.rate_bps,
+        horizon_ns: settings.horizon_ns,
+        isolation: settings.isolation.name().to_string(),
+        diffserv: settings.diffserv.name().to_string(),
+        started_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        starting: true,
+        attach: mode,
+        clsact_added: false,
+        original: Snapshot::default(),
+        original_gso: None,
+        ingress: None,
+        segmenter: None,
+        maps: datapath.map_ids()?,
+    };
+    let parts: Vec<Box<dyn Part>> = vec![
+        Box::new(Limits::new(
+            gso,
+            stale.as_ref().and_then(|s| s.original_gso),
+        )),
+        Box::new(RootQdisc {
+            installed: qdisc::is_installed(&current),
+            original,
+            fq: settings.fq,
+        }),
+        Box::new(Programs {
+            mode,
+            clsact_added,
+            settings: settings.clone(),
+            frame_bytes,
+        }),
+    ];
+    let mut deployment = Deployment::apply(iface, settings, datapath, lock, header, stale, parts)?;
+    info!("shaping {} ({mode:?} attach)", settings.describe());
+    if settings.segmenter
+        && let Some(split_segs) = GsoLimits::split_segs(settings.rate_bps)
+    {
+        let segmenter = Segmenter::new(deployment.iface(), split_segs);
+        if let Err(e) = deployment.add(Box::new(segmenter)) {
+            // Shaping goes on, with coarser bursts of forwarded super-packets, as with a device
+            // that refuses lower GSO limits.
+            warn!(
+                "{}: GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
+                deployment.iface().name
+            );
+        }
+    }
+    Ok(deployment)
+}
+
+/// A device's GSO or GRO limits, lowered to the plan and put back on restore.
+pub struct Limits<L> {
+    plan: Option<LimitsPlan<L>>,
+    /// What restore writes back (`None`: the device's own were left alone).
+    original: Option<L>,
+}
+
+impl<L: DeviceLimits> Limits<L> {
+    /// Lowers the limits to `plan`; without a plan (the device's limits unreadable) only
+    /// restores `recorded`, what a crashed predecessor recorded.
+    pub fn new(plan: Option<LimitsPlan<L>>, recorded: Option<L>) -> Self {
+        let original = match &plan {
+            Some(plan) => plan.to_restore(),
+            None => recorded,
+        };
+        Self { plan, original }
+    }
+
+    /// What restoring puts back, for the record.
+    pub fn original(&self) -> Option<L> {
+        self.original
+    }
+
+    /// Sets the planned limits (a device that refuses is warned about: it is shaped anyway).
+    pub fn apply(&mut self, sock: &mut Socket, iface: &Interface) {
+        if let Some(plan) = self.plan.take() {
+            apply_limits(sock, iface, plan);
+        }
+    }
+
+    pub fn restore(&self, sock: &mut Socket, iface: &Interface) {
+        restore_limits(sock, iface, self.original);
+    }
+}
+
+impl Part for Limits<GsoLimits> {
+    fn record(&self, state: &mut State) {
+        state.original_gso = self.original;
+    }
+
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        Limits::apply(self, cx.sock, cx.iface);
+        Ok(())
+    }
+
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if !cx.gone {
+            Limits::restore(self, cx.sock, cx.iface);
+        }
+        Ok(())
+    }
+}
+
+/// fq (or mq + fq) at the root, in place of what was there.
+struct RootQdisc {
+    /// What was there before shaper (before a crashed predecessor, when one is taken over).
+    original: Snapshot,
+    /// The root already is shaper's (a crashed predecessor's).
+    installed: bool,
+    fq: FqParams,
+}
+
+impl RootQdisc {
+    fn install(&self, sock: &mut Socket, iface: &Interface) -> anyhow::Result<()> {
+        let queues = iface.num_tx_queues(sock)?;
+        qdisc::install(sock, iface.ifindex, &iface.name, queues, &self.fq)?;
+        Ok(())
+    }
+}
+
+impl Part for RootQdisc {
+    fn record(&self, state: &mut State) {
+        state.original = self.original.clone();
+    }
+
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if !self.installed {
+            self.install(cx.sock, cx.iface)?;
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if !cx.gone {
+            qdisc::restore(cx.sock, cx.iface.ifindex, &cx.iface.name, &self.original)?;
+        }
+        Ok(())
+    }
+
+    fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let qdiscs = qdisc::list(cx.sock, cx.iface.ifindex)?;
+        if let Some(fault) = health::qdisc_fault(&qdiscs) {
+            // The original recorded at start is still what restoring puts back.
+            self.install(cx.sock, cx.iface)?;
+            repaired(cx.iface, &fault, "fq re-installed");
+        }
+        Ok(())
+    }
+}
+
+/// The data path's programs, attached to the device, and their configuration.
+struct Programs {
+    mode: AttachMode,
+    /// shaper added clsact for the netlink filters (and removes it on restore).
+    clsact_added: bool,
+    settings: Settings,
+    /// The frame size the data path's configuration was computed for.
+    frame_bytes: u32,
+}
+
+impl Programs {
+    /// Recomputes the data path's configuration for a new frame size, keeping the segmenter's
+    /// part of it.
+    fn reconfigure(&mut self, cx: &mut Context, frame_bytes: u32) -> anyhow::Result<()> {
+        let limits = cx.iface.gso_limits(cx.sock).unwrap_or(GsoLimits::UNKNOWN);
+        let current = cx.datapath.config();
+        let config = ShaperConfig {
+            split_gso_segs: current.split_gso_segs,
+            segmenter_ifindex: current.segmenter_ifindex,
+            ..self
+                .settings
+                .datapath_config(frame_bytes, limits.largest_packet_bytes(frame_bytes))
+        };
+        cx.datapath.configure(&config)?;
+        self.frame_bytes = frame_bytes;
+        Ok(())
+    }
+}
+
+impl Part for Programs {
+    fn record(&self, state: &mut State) {
+        state.attach = self.mode;
+        state.clsact_added = self.clsact_added;
+    }
+
+    fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if self.mode == AttachMode::Netlink {
+            cx.ensure_clsact(self, |p| &mut p.clsact_added)?;
+        }
+        let name = &cx.iface.name;
+        let attached = cx.datapath.attach_egress(name, self.mode).and_then(|()| {
+            if self.settings.ack_filter == AckFilter::Off {
+                Ok(())
+            } else {
+                cx.datapath.attach_ingress(name, self.mode)
+            }
+        });
+        attached.map_err(|source| ShapeError::Attach {
+            iface: name.clone(),
+            source: Box::new(source),
+        })?;
+        // Shaping works without it; only a stall's clump then goes uncharged.
+        if let Err(e) = cx.datapath.watch_dequeue(cx.iface.ifindex) {
+            warn!(
+                "not watching {name} for packets leaving late (a stall's clump goes uncharged): {e}"
+            );
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let detached = cx.datapath.detach();
+        if !cx.gone {
+            drain(cx.datapath);
+            if self.clsact_added
+                && let Err(e) = qdisc::delete_clsact(cx.sock, cx.iface.ifindex)
+            {
+                warn!("removing clsact from {}: {e}", cx.iface.name);
+            }
+        }
+        Ok(detached?)
+    }
+
+    fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        let frame_bytes = cx.iface.frame_bytes(cx.sock)?;
+        if frame_bytes != self.frame_bytes {
+            let fault = Fault::Mtu {
+                was: self.frame_bytes,
+                now: frame_bytes,
+            };
+            self.reconfigure(cx, frame_bytes)?;
+            repaired(cx.iface, &fault, "configuration recomputed");
+        }
+        for hook in [Hook::Egress, Hook::Ingress] {
+            let Some(id) = cx.datapath.attached_id(hook)? else {
+                continue;
+            };
+            if health::is_attached(cx.sock, cx.iface, self.mode, hook, id)? {
+                continue;
+            }
+            if self.mode == AttachMode::Netlink {
+                // Someone deleted clsact, and the filters with it.
+                cx.ensure_clsact(self, |p| &mut p.clsact_added)?;
+            }
+            cx.datapath
+                .reattach(hook, &cx.iface.name, self.mode)
+                .map_err(|source| ShapeError::Attach {
+                    iface: cx.iface.name.clone(),
+                    source: Box::new(source),
+                })?;
+            let program = match hook {
+                Hook::Egress => program_names::EGRESS,
+                Hook::Ingress => program_names::INGRESS,
+            };
+            repaired(cx.iface, &Fault::Detached { program }, "attached again");
+        }
+        Ok(())
+    }
+}
+
+/// Waits until the departure clock has passed, so fq is empty when it is replaced.
+fn drain(datapath: &Datapath) {
+    let deadline = Instant::now() + MAX_DRAIN;
+    while Instant::now() < deadline {
+        match datapath.snapshot() {
+            Ok(view) if view.backlog_ns > 0 => std::thread::sleep(
+                Duration::from_nanos(view.backlog_ns).min(Duration::from_millis(50))
+                    + Duration::from_millis(1),
+            ),
+            _ => break,
+        }
+    }
+}
