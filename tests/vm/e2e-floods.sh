@@ -11,15 +11,13 @@
 # max-flows MAX_FLOWS. The flooder runs at nice 19: on a shaping router the flood costs
 # softirq time, not a process competing with the control loop.
 #
-# Fair shares (max-min, D: what the flooder offered, frames as shaper counts them). The udp
-# flood is one host pair: with four destinations triple-isolate is fair between destinations
-# (docs/design.md, "Isolation modes"), so it counts as one host: L = RATE/4 when D >= RATE/4,
-# else (RATE - D)/3. The spoofed floods count as many hosts: a host seen for the first time
-# gets the newcomer level at once (docs/design.md, "New flows and hosts get a share at once"),
-# and these are always new (a SYN's source is never seen again; 4 x MAX_HOSTS sources in turn
-# are evicted before they come back), each sending far less than a level: max-min serves each
-# its demand, so L = (RATE - D)/3. (Counted as one host, the victim, they would leave RATE/4;
-# that share is printed too, as kept_vs_one_host.) Without a flood L = RATE/3. As TCP goodput:
+# Fair shares (max-min, D: what the flooder offered, frames as shaper counts them). With four
+# destinations triple-isolate is fair between destinations (docs/design.md, "Isolation modes"),
+# and every flood counts as one host: the udp flood is one host pair, and the spoofed floods go
+# to one victim, one destination, as CAKE's triple-isolate counts them (each spoofed source is a
+# host shaper has never seen: a SYN's source is never seen again, and 4 x MAX_HOSTS sources in
+# turn are evicted before they come back). So L = RATE/4 when D >= RATE/4, else (RATE - D)/3;
+# without a flood L = RATE/3. As TCP goodput:
 # L * 1448/1514, times what the three hosts together reached of that ceiling without a flood
 # (phase "none", first, in the same boot).
 #
@@ -74,11 +72,10 @@ flood_args() {
 	esac
 }
 
-# fair_share one|many: the goodput share of an established host in this $phase, with the flood
-# counted as one host or as many.
+# fair_share: the goodput share of an established host in this $phase, the flood one host.
 fair_share() {
-	awk -v r="$RATE" -v d="$flood_mbit" -v p="$phase" -v e="$efficiency" -v how="$1" 'BEGIN {
-		l = (p == "none") ? r / 3 : (how == "many" ? (r - d) / 3 : (d >= r / 4 ? r / 4 : (r - d) / 3))
+	awk -v r="$RATE" -v d="$flood_mbit" -v p="$phase" -v e="$efficiency" 'BEGIN {
+		l = (p == "none") ? r / 3 : (d >= r / 4 ? r / 4 : (r - d) / 3)
 		if (l < 0) l = 0; printf "%.2f", l * 1448 / 1514 * e }'
 }
 # kept SHARE: each host's goodput in $got over SHARE.
@@ -137,15 +134,14 @@ for phase in $PHASES; do
 		got="$got $v"
 	done
 	[ "$phase" = none ] && efficiency=$(echo "$got" | awk -v c="$(tcp_ceiling_mbit "$RATE")" '{ printf "%.3f", ($1 + $2 + $3) / c }')
-	case $phase in syn | hosts) share=$(fair_share many) ;; *) share=$(fair_share one) ;; esac
-	one=$(fair_share one)
+	share=$(fair_share)
 	for v in $got; do
 		awk -v v="$v" -v s="$share" -v p="$SHARE" 'BEGIN { exit !(v >= s * p / 100) }' ||
 			failed="$failed; $phase: a host received $v Mbit/s, below $SHARE % of its fair share $share"
 	done
 	kept=$(kept "$share")
 	log "$phase: flood offered $flood_mbit Mbit/s; hosts received$got Mbit/s (fair share $share: kept $kept); maps: $hosts_n/$MAX_HOSTS hosts, $rates_n host rates, $flows_n/$MAX_FLOWS flows; tick $tick us, longest $max_tick us; RSS $rss KiB, memlock $lock KiB"
-	echo "RESULT kernel=$(uname -r) phase=$phase rate_mbit=$RATE flood_offered_mbit=$flood_mbit efficiency=$efficiency fair_share_mbit=$share kept_vs_one_host=$(kept "$one") hosts_mbit=$(echo $got | tr ' ' ,) kept=$kept hosts_in_map=$hosts_n max_hosts=$MAX_HOSTS flows_in_map=$flows_n max_flows=$MAX_FLOWS max_tick_us=$max_tick rss_kib=$rss memlock_kib=$lock"
+	echo "RESULT kernel=$(uname -r) phase=$phase rate_mbit=$RATE flood_offered_mbit=$flood_mbit efficiency=$efficiency fair_share_mbit=$share hosts_mbit=$(echo $got | tr ' ' ,) kept=$kept hosts_in_map=$hosts_n max_hosts=$MAX_HOSTS flows_in_map=$flows_n max_flows=$MAX_FLOWS max_tick_us=$max_tick rss_kib=$rss memlock_kib=$lock"
 	case $failed in *"$phase: a host"*)
 		echo "$phase: the busiest hosts after the flood:"
 		run "$SRC" shaper stats --iface s0 --hosts --top 6 ;;
