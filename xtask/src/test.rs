@@ -143,7 +143,7 @@ pub fn run(o: &Options) -> Result<()> {
             record(format!("{script} on {kernel}"), started, passed);
             println!("== lab sanity on Linux {kernel}");
             let started = Instant::now();
-            let passed = lab::sanity::run(kernel)
+            let passed = lab::sanity(kernel)
                 .inspect_err(|e| eprintln!("{e:#}"))
                 .is_ok();
             record(format!("lab sanity on {kernel}"), started, passed);
