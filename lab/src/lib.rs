@@ -3,10 +3,11 @@
 //! measured.
 //!
 //! `lab run` checks every scenario file, writes one plan per (scenario, contender) (see
-//! `plan`), boots one [`Machine`] that runs them all through `lab/runner.sh`, then turns the raw files
-//! that come back into per-run JSON (`results`, with `queues` for the sampled backlogs), a
-//! table, Markdown and PNG plots (`report`, `plot`). `lab report DIR` regenerates the lab
-//! section of docs/lab-results.md from a run.
+//! `plan`), boots one [`Machine`] (the caller's: `cargo xtask lab` passes the project's VM)
+//! that runs them all through `lab/runner.sh`, then turns the raw files that come back into
+//! per-run JSON (`results`, with `queues` for the sampled backlogs), a table, Markdown and PNG
+//! plots (`report`, `plot`). `lab report DIR` regenerates the lab section of
+//! docs/lab-results.md from a run.
 
 mod dscp;
 mod hostload;
