@@ -293,7 +293,7 @@ fn busybox(a: &mut Archive) -> Result<()> {
 }
 
 /// Single-quotes a word for sh.
-pub fn sh_quote(s: &str) -> String {
+fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole test pyramid in one command.
 //!
 //! 1. Unit tests and BPF tests (`cargo test`): pure functions on the host, and the data path
-//!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root).
+//!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root); then, one at a
+//!    time, the BPF tests that depend on real time (`tests/tests/timing`).
 //! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer).
 //! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
 //!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh` and a minute of
@@ -20,6 +21,10 @@ use crate::{
     bootstrap, dist, fuzz, lab,
     vm::{self, Kernel, VmSpec},
 };
+
+/// The test binary of the BPF tests that depend on real time (tests/tests/timing/main.rs):
+/// not in a plain `cargo test`, run on its own.
+const TIMING_TESTS: &str = "timing";
 
 /// Seconds each fuzz target runs: enough to pass every seed and reach its shallow bugs again.
 const FUZZ_SECONDS: u64 = 20;
@@ -81,16 +86,28 @@ pub fn run(o: &Options) -> Result<()> {
 
     let started = Instant::now();
     println!("== unit and BPF tests (cargo test)");
-    // One test at a time: many BPF tests measure the real clock between test runs (a packet's
+    let status = Command::new("cargo")
+        .current_dir(&root)
+        .args(["test", "--workspace", "--exclude", "shaper-ebpf"])
+        .status()?;
+    record(
+        "unit and BPF_PROG_TEST_RUN tests".into(),
+        started,
+        status.success(),
+    );
+
+    let started = Instant::now();
+    println!("== timing-dependent BPF tests (cargo test --test {TIMING_TESTS}, one at a time)");
+    // One test at a time: these tests measure the real clock between test runs (a packet's
     // departure against the next one's, a bin's edge with a millisecond of margin), and on a
     // two-core machine a neighbouring test's work is a scheduling delay that moves them.
     let status = Command::new("cargo")
         .current_dir(&root)
-        .args(["test", "--workspace", "--exclude", "shaper-ebpf", "--"])
+        .args(["test", "-p", "shaper-tests", "--test", TIMING_TESTS, "--"])
         .arg("--test-threads=1")
         .status()?;
     record(
-        "unit and BPF_PROG_TEST_RUN tests".into(),
+        "timing-dependent BPF_PROG_TEST_RUN tests".into(),
         started,
         status.success(),
     );
@@ -146,7 +163,7 @@ pub fn run(o: &Options) -> Result<()> {
             record(format!("{script} on {kernel}"), started, passed);
             println!("== lab sanity on Linux {kernel}");
             let started = Instant::now();
-            let passed = lab::sanity::run(kernel)
+            let passed = lab::sanity(kernel)
                 .inspect_err(|e| eprintln!("{e:#}"))
                 .is_ok();
             record(format!("lab sanity on {kernel}"), started, passed);

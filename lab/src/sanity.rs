@@ -3,8 +3,7 @@
 
 use anyhow::{Result, bail};
 
-use super::{RunOptions, RunResult, run_lab};
-use crate::vm::Kernel;
+use super::{Machine, RunOptions, RunResult, run_lab, workspace_root};
 
 /// The scenarios, under lab/sanity/.
 const FILES: &[&str] = &[
@@ -13,17 +12,21 @@ const FILES: &[&str] = &[
     "lab/sanity/delay.toml",
 ];
 
-/// One boot running the sanity scenarios; fails with every check that did not hold.
-pub fn run(kernel: Kernel) -> Result<()> {
-    let root = crate::workspace_root();
-    let (results, _) = run_lab(&RunOptions {
-        files: FILES.iter().map(|f| root.join(f)).collect(),
-        compare: Vec::new(),
-        kernel,
-        out: Some(root.join(format!("target/lab/sanity-{kernel}"))),
-        repetitions: None,
-        queue_interval: None,
-    })?;
+/// One boot of `kernel` on `machine` running the sanity scenarios; fails with every check that
+/// did not hold.
+pub fn run(kernel: &str, machine: &dyn Machine) -> Result<()> {
+    let root = workspace_root();
+    let (results, _) = run_lab(
+        &RunOptions {
+            files: FILES.iter().map(|f| root.join(f)).collect(),
+            compare: Vec::new(),
+            kernel: kernel.to_string(),
+            out: Some(root.join(format!("target/lab/sanity-{kernel}"))),
+            repetitions: None,
+            queue_interval: None,
+        },
+        machine,
+    )?;
     let failures = check(&results);
     if !failures.is_empty() {
         bail!("lab sanity on {kernel}:\n  {}", failures.join("\n  "));

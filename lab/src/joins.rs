@@ -136,7 +136,7 @@ pub fn analyse(flows: &[FlowResult], duration: f64) -> Vec<Join> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::scenario::Protocol;
+    use crate::scenario::Protocol;
 
     /// A flow with a constant rate (Mbit/s) between two times, on a 10 s run's grid.
     fn flow(host: &str, direction: FlowDirection, series: Vec<f64>, start: f64) -> FlowResult {

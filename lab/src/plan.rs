@@ -27,7 +27,6 @@ use super::{
         Scenario,
     },
 };
-use crate::initramfs::sh_quote;
 
 /// The first iperf3 server port; flow N listens on FIRST_PORT + N.
 const FIRST_PORT: u16 = 5201;
@@ -88,6 +87,7 @@ pub fn location(s: &Scenario, at: &Location) -> (String, String) {
     }
 }
 
+/// One shell command line: words that sh would split or expand are single-quoted.
 fn line(out: &mut String, words: &[String]) {
     let quoted: Vec<String> = words
         .iter()
@@ -98,7 +98,7 @@ fn line(out: &mut String, words: &[String]) {
             {
                 w.clone()
             } else {
-                sh_quote(w)
+                format!("'{}'", w.replace('\'', r"'\''"))
             }
         })
         .collect();
@@ -665,7 +665,7 @@ fn traffic(p: &mut String, s: &Scenario, c: &Contender) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::scenario;
+    use crate::scenario;
 
     #[test]
     fn plan_has_topology_bottleneck_contender_and_flows() {

@@ -708,7 +708,7 @@ fn parse_blocks(section: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::queues::QueueSeries;
+    use crate::queues::QueueSeries;
 
     fn run(contender: &str, status: &str, rr: serde_json::Value) -> RunResult {
         let summary = |p50: f64| serde_json::json!({"count": 1, "p50": p50, "p90": p50, "p99": p50, "mean": p50});

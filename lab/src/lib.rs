@@ -1,15 +1,18 @@
-//! `cargo xtask lab`: run scenarios against shaper, CAKE and no shaping, side by side, and
-//! report. See docs/lab.md for the scenario format and what is measured.
+//! The lab: run scenarios against shaper, CAKE and no shaping, side by side, and report.
+//! `cargo xtask lab` is its command line. See docs/lab.md for the scenario format and what is
+//! measured.
 //!
 //! `lab run` checks every scenario file, writes one plan per (scenario, contender) (see
-//! `plan`), boots one VM that runs them all through `lab/runner.sh`, then turns the raw files
-//! that come back into per-run JSON (`results`, with `queues` for the sampled backlogs), a
-//! table, Markdown and PNG plots (`report`, `plot`). `lab report DIR` regenerates the lab
-//! section of docs/lab-results.md from a run.
+//! `plan`), boots one [`Machine`] (the caller's: `cargo xtask lab` passes the project's VM)
+//! that runs them all through `lab/runner.sh`, then turns the raw files that come back into
+//! per-run JSON (`results`, with `queues` for the sampled backlogs), a table, Markdown and PNG
+//! plots (`report`, `plot`). `lab report DIR` regenerates the lab section of
+//! docs/lab-results.md from a run.
 
 mod dscp;
 mod hostload;
 mod joins;
+mod machine;
 mod nstat;
 mod plan;
 mod plot;
@@ -24,18 +27,14 @@ mod units;
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use anyhow::{Context, Result, bail, ensure};
 
+pub use machine::{Boot, Job, Machine};
 pub use results::RunResult;
-
-use crate::{
-    bootstrap,
-    vm::{self, Kernel, VmSpec},
-};
 
 #[derive(clap::Args)]
 pub struct Options {
@@ -77,7 +76,7 @@ pub struct RunOptions {
     pub compare: Vec<String>,
     /// Debian kernel to boot: 6.1 or 6.12.
     #[arg(long, default_value = "6.12")]
-    pub kernel: Kernel,
+    pub kernel: String,
     /// Output directory (default: target/lab/run-<unix time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -90,15 +89,24 @@ pub struct RunOptions {
     pub queue_interval: Option<String>,
 }
 
-pub fn run(o: &Options) -> Result<()> {
+/// Runs one `lab` command; `lab run` boots `machine`.
+pub fn run(o: &Options, machine: &dyn Machine) -> Result<()> {
     match &o.command {
-        LabCommand::Run(r) => run_lab(r).map(|_| ()),
+        LabCommand::Run(r) => run_lab(r, machine).map(|_| ()),
         LabCommand::Check { files, plans } => check(files, *plans),
         LabCommand::Report { dir, doc } => {
-            let root = crate::workspace_root();
+            let root = workspace_root();
             report::update_doc(dir, &root.join(doc), &root.join("docs/lab"))
         }
     }
+}
+
+/// The repository's root: the lab's scenarios, its runner and its default paths
+/// (docs/lab-results.md, target/lab/) are in it.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the lab is inside the workspace")
 }
 
 fn load_all(files: &[PathBuf]) -> Result<Vec<scenario::Scenario>> {
@@ -166,8 +174,10 @@ fn with_overrides(
 /// Seconds a run takes beyond its duration: topology, the idle lead-in, teardown.
 const RUN_OVERHEAD_S: f64 = 15.0;
 
-/// Runs the lab; returns the results of every run (failed ones included) and the output dir.
-pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
+/// Runs the lab on `machine`; returns the results of every run (failed ones included) and the
+/// output dir.
+pub fn run_lab(o: &RunOptions, machine: &dyn Machine) -> Result<(Vec<RunResult>, PathBuf)> {
+    machine.check_kernel(&o.kernel).context("--kernel")?;
     let scenarios = with_overrides(load_all(&o.files)?, o)?;
     let mut work: Vec<(&scenario::Scenario, &scenario::Contender)> = Vec::new();
     for s in &scenarios {
@@ -190,9 +200,9 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
         !work.is_empty(),
         "nothing to run: no contender matches --compare"
     );
-    bootstrap::ensure()?;
+    machine.prepare()?;
 
-    let root = crate::workspace_root();
+    let root = workspace_root();
     let out = match &o.out {
         Some(d) => d.clone(),
         None => root.join(format!(
@@ -234,17 +244,18 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
         o.kernel,
         out.display()
     );
-    let mut spec = VmSpec::new(
-        o.kernel,
-        vec![
+    let guest_dir = machine.files_dir();
+    let mut job = Job {
+        command: vec![
             root.join("lab/runner.sh").display().to_string(),
-            format!("{}/manifest", crate::initramfs::RUN_DIR),
+            format!("{guest_dir}/manifest"),
         ],
-    );
-    spec.files = files;
-    spec.out_dir = Some(raw.clone());
+        files,
+        out_dir: raw.clone(),
+        timeout: Duration::ZERO,
+    };
     // The tree as it is when the VM starts is what is measured.
-    let git_commit = git_commit(&root);
+    let git_commit = git_commit(root);
     let load_before = host_load();
     let sampler = hostload::start();
     // Every run still to run, in the order the boot runs them; a guest crash ends a boot, and
@@ -259,8 +270,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
         for &(i, rep) in &pending {
             let (s, c) = work[i];
             manifest.push_str(&format!(
-                "{}/{} {} {} {rep} {}\n",
-                crate::initramfs::RUN_DIR,
+                "{guest_dir}/{} {} {} {rep} {}\n",
                 plan_name(i),
                 s.name,
                 c.name,
@@ -270,9 +280,9 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
         }
         std::fs::write(&manifest_path, &manifest)?;
         // Generous: TCG is slow to set topologies up, and a stuck run is killed by the runner.
-        spec.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
-        match vm::run(&spec) {
-            Err(e) if e.is::<vm::GuestCrashed>() => {
+        job.timeout = Duration::from_secs_f64(seconds * 2.0 + 300.0);
+        match machine.boot(&o.kernel, &job) {
+            Ok(Boot::Crashed) => {
                 crashes += 1;
                 if crashes > max_crashes {
                     let lost = give_up(&raw, &work, &pending, crashes)?;
@@ -292,7 +302,8 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
                     pending.len()
                 );
             }
-            other => break other,
+            Ok(Boot::Exited(code)) => break Ok(code),
+            Err(e) => break Err(e),
         }
     };
     let host_samples = sampler.finish();
@@ -309,7 +320,7 @@ pub fn run_lab(o: &RunOptions) -> Result<(Vec<RunResult>, PathBuf)> {
 
     let kernel = std::fs::read_to_string(raw.join("lab/kernel"))
         .map(|k| k.trim().to_string())
-        .unwrap_or_else(|_| o.kernel.to_string());
+        .unwrap_or_else(|_| o.kernel.clone());
     let mut all = Vec::new();
     for (s, c) in &work {
         for rep in 1..=s.repetitions {
@@ -475,21 +486,20 @@ fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
 
 /// The commit results were measured at, marked `-dirty` when the tree had changes.
 fn git_commit(root: &Path) -> String {
-    let head = crate::run_quiet(Command::new("git").arg("-C").arg(root).args([
-        "rev-parse",
-        "--short=12",
-        "HEAD",
-    ]))
-    .map(|s| s.trim().to_string())
-    .unwrap_or_else(|_| "unknown".into());
-    let dirty = crate::run_quiet(
-        Command::new("git")
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
             .arg("-C")
             .arg(root)
-            .args(["status", "--porcelain"]),
-    )
-    .map(|s| !s.trim().is_empty())
-    .unwrap_or(false);
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty());
     if dirty { format!("{head}-dirty") } else { head }
 }
 
@@ -536,7 +546,7 @@ mod tests {
 
     #[test]
     fn contenders_take_turns_repetition_by_repetition() {
-        let dir = crate::workspace_root().join("lab/scenarios");
+        let dir = workspace_root().join("lab/scenarios");
         let mut a = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
         let mut b = scenario::load(&dir.join("low-rate-tso.toml")).unwrap();
         a.repetitions = 2;
@@ -553,7 +563,7 @@ mod tests {
 
     #[test]
     fn run_options_override_every_scenario_and_reject_bad_values() {
-        let dir = crate::workspace_root().join("lab/scenarios");
+        let dir = workspace_root().join("lab/scenarios");
         let files = vec![
             dir.join("diffserv-tins.toml"),
             dir.join("low-rate-tso.toml"),
@@ -561,7 +571,7 @@ mod tests {
         let options = |repetitions, queue_interval: &str| RunOptions {
             files: files.clone(),
             compare: vec![],
-            kernel: Kernel::V6_12,
+            kernel: "6.12".into(),
             out: None,
             repetitions,
             queue_interval: Some(queue_interval.to_string()),
@@ -595,7 +605,7 @@ mod tests {
     /// A lab of two contenders whose boot crashed during its second run: the first finished
     /// (`ok`), the second left half its files. Returns the scenario and the raw results' dir.
     fn lab_crashed_in_second_run(tag: &str) -> (scenario::Scenario, PathBuf) {
-        let dir = crate::workspace_root().join("lab/scenarios");
+        let dir = workspace_root().join("lab/scenarios");
         let s = scenario::load(&dir.join("bulk-latency-ecn.toml")).unwrap();
         let raw = std::env::temp_dir().join(format!("shaper-{tag}-{}", std::process::id()));
         let done = run_dir(&raw, &s, &s.contenders[0], 1);

@@ -779,7 +779,7 @@ mod tests {
             size = "10kb"
             direction = "download"
         "#;
-        let s = crate::lab::scenario::parse(text, "t", text.as_bytes()).unwrap();
+        let s = crate::scenario::parse(text, "t", text.as_bytes()).unwrap();
         let dir = std::env::temp_dir().join(format!("lab-analyse-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let interval = |socket: u32, t: f64, bytes: u32| {
