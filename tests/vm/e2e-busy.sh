@@ -129,10 +129,10 @@ stopped_control() {
 # sender stopped (iperf3 counts it in its window); the device's bytes are the rate itself.
 wire_mbit() {
 	sleep 2
-	b0=$(ip netns exec "$SRC" cat "/sys/class/net/$1/statistics/tx_bytes")
+	b0=$(tx_bytes "$SRC" "$1")
 	t0=$(now_ms)
 	sleep $((SECONDS_PER_RUN - 3))
-	b1=$(ip netns exec "$SRC" cat "/sys/class/net/$1/statistics/tx_bytes")
+	b1=$(tx_bytes "$SRC" "$1")
 	t1=$(now_ms)
 	awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.2f\n", b * 8 / t / 1000 }'
 }

@@ -163,6 +163,11 @@ ping_ms() {
 			printf "%.2f %.2f\n", v[i50], v[i99] }'
 }
 
+# tx_bytes NS DEV: the bytes DEV in NS has sent, by its own counter.
+tx_bytes() {
+	run "$1" cat "/sys/class/net/$2/statistics/tx_bytes"
+}
+
 # byte_counters NS DEV: DEV's counters now, "TX_BYTES TX_PACKETS TX_DROPPED STAMPED_BYTES
 # STAMPED_PACKETS UNSHAPED_PACKETS FQ_BYTES FQ_PACKETS FQ_DROPPED": what the device sent (and
 # dropped at transmit), what shaper stamped, what it passed unshaped, what its fq sent (and
@@ -175,7 +180,7 @@ byte_counters() {
 		i=$((i + 1))
 		sleep 0.05
 	done
-	tx=$(run "$1" cat "/sys/class/net/$2/statistics/tx_bytes")
+	tx=$(tx_bytes "$1" "$2")
 	txp=$(run "$1" cat "/sys/class/net/$2/statistics/tx_packets")
 	txd=$(run "$1" cat "/sys/class/net/$2/statistics/tx_dropped")
 	json=$(run "$1" shaper stats --iface "$2" --json | tr -d ' \n')

@@ -117,7 +117,7 @@ done
 last_cpu=$(cpu_times)
 t0=$(now_ms)
 last_ms=$t0
-last_tx=$(run "$SRC" cat /sys/class/net/s0/statistics/tx_bytes)
+last_tx=$(tx_bytes "$SRC" s0)
 churn_pids=
 i=0
 while [ $i -lt "$DURATION" ]; do
@@ -125,7 +125,7 @@ while [ $i -lt "$DURATION" ]; do
 	churn_host "$i" &
 	churn_pids="$churn_pids $!"
 	if [ $((i % SAMPLE_S)) -eq 0 ]; then
-		tx=$(run "$SRC" cat /sys/class/net/s0/statistics/tx_bytes)
+		tx=$(tx_bytes "$SRC" s0)
 		ms=$(now_ms)
 		kill -0 "$SHAPER_PID" 2>/dev/null || fail "shaper exited after $i s"
 		mbit=$(awk -v b=$((tx - last_tx)) -v ms=$((ms - last_ms)) 'BEGIN { printf "%.2f", b * 8 / ms / 1000 }')
