@@ -308,10 +308,9 @@ pub const GRO_BUDGET_NS: u64 = 125_000;
 ///
 /// Local TCP is never held below [`TCP_MIN_SEGS`] per packet: TCP Small Queues lets a socket
 /// keep about two of its own packets below it (or a millisecond at its pacing rate), so the
-/// packets' size is how long the link stays busy when the socket is next served late. Packets
-/// of one frame left one flow under a millisecond of queue, and on a busy CPU every later
-/// wake-up of the socket idled the link; where a packet of [`TCP_MIN_SEGS`] is longer than the
-/// burst, the segmenter gives its frames their own departures, as CAKE's split-gso does.
+/// packets' size is how long the link stays busy when the socket is next served late
+/// (docs/notebook/busy-host.md). Where a packet of [`TCP_MIN_SEGS`] is longer than the burst,
+/// the segmenter gives its frames their own departures, as CAKE's split-gso does.
 pub const SEGMENT_BURST_NS: u64 = 1_000_000;
 
 /// The fewest segments TCP puts in a packet it builds (the kernel's `tcp_min_tso_segs`
