@@ -124,39 +124,8 @@ pub fn filter(
         flags: info.tcp_flags,
         ..AckSeen::default()
     };
-    let options = (info.tcp_header_len as usize).saturating_sub(20);
-    if options > 40 {
-        seen.unknown_option = true;
-    } else if options > 0 {
-        let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-            return Filtered::Keep;
-        };
-        // SAFETY: per-CPU map value, valid for this run and not shared with other CPUs.
-        let scratch = unsafe { &mut *scratch };
-        // Zeroed word by word (a byte array would become a byte-wise memset loop): bytes past
-        // the options read as EOL.
-        for w in scratch.options.iter_mut() {
-            unsafe { core::ptr::write_volatile(w, 0) };
-        }
-        let at = info.l4_offset + 20;
-        // The raw helper with a length the verifier can bound by itself: hidden from LLVM (a
-        // volatile read), so that it cannot fold the mask into what it knows and hand the
-        // verifier a register with a range it cannot follow; 1..=64 fits the buffer.
-        let len = unsafe { core::ptr::read_volatile(&(options as u32)) };
-        let len = (len.wrapping_sub(1) & 63) + 1;
-        let buf = scratch.options.as_mut_ptr() as *mut c_void;
-        let read = unsafe { bpf_skb_load_bytes(ctx.as_ptr(), at, buf, len) };
-        if read != 0 || scan(options as u64) == 0 {
-            seen.unknown_option = true;
-        } else {
-            // The scan wrote only the option fields; the header's are this packet's.
-            seen = AckSeen {
-                ack: seen.ack,
-                window: seen.window,
-                flags: seen.flags,
-                ..scratch.seen
-            };
-        }
+    if !read_options(ctx, info, &mut seen) {
+        return Filtered::Keep;
     }
     let key = ack_key(info, false);
     if ACKS.get_ptr_mut(&key).is_none() {
@@ -191,6 +160,47 @@ pub fn filter(
             }
         }
     }
+}
+
+/// Reads the ACK's TCP options into `seen` (its SACK blocks, timestamps, and whether it has an
+/// option the scan does not understand); false when there is no scratch space to read them.
+#[inline(always)]
+fn read_options(ctx: &TcContext, info: &PacketInfo, seen: &mut AckSeen) -> bool {
+    let options = (info.tcp_header_len as usize).saturating_sub(20);
+    if options > 40 {
+        seen.unknown_option = true;
+    } else if options > 0 {
+        let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+            return false;
+        };
+        // SAFETY: per-CPU map value, valid for this run and not shared with other CPUs.
+        let scratch = unsafe { &mut *scratch };
+        // Zeroed word by word (a byte array would become a byte-wise memset loop): bytes past
+        // the options read as EOL.
+        for w in scratch.options.iter_mut() {
+            unsafe { core::ptr::write_volatile(w, 0) };
+        }
+        let at = info.l4_offset + 20;
+        // The raw helper with a length the verifier can bound by itself: hidden from LLVM (a
+        // volatile read), so that it cannot fold the mask into what it knows and hand the
+        // verifier a register with a range it cannot follow; 1..=64 fits the buffer.
+        let len = unsafe { core::ptr::read_volatile(&(options as u32)) };
+        let len = (len.wrapping_sub(1) & 63) + 1;
+        let buf = scratch.options.as_mut_ptr() as *mut c_void;
+        let read = unsafe { bpf_skb_load_bytes(ctx.as_ptr(), at, buf, len) };
+        if read != 0 || scan(options as u64) == 0 {
+            seen.unknown_option = true;
+        } else {
+            // The scan wrote only the option fields; the header's are this packet's.
+            *seen = AckSeen {
+                ack: seen.ack,
+                window: seen.window,
+                flags: seen.flags,
+                ..scratch.seen
+            };
+        }
+    }
+    true
 }
 
 /// Records how far a data packet arriving at ingress reaches, and whether it ended a write (in

@@ -29,7 +29,7 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
     abi::LENT,
-    branchless,
+    branchless, calendar as bins,
     sizing::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
 };
 
@@ -64,12 +64,6 @@ const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// late, a few times a run. The tin's bandwidth threshold bounds this debt; nothing needs its
 /// size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
-
-const USED_BITS: u32 = 40;
-const USED_MASK: u64 = (1 << USED_BITS) - 1;
-const LAP_MASK: u64 = (1 << 24) - 1;
-/// Slack of a bin over its width, as a shift: 1/16 (6.25 %).
-const SLACK_SHIFT: u32 = 4;
 
 /// `book`'s flags.
 pub const PRIORITY: u64 = 1;
@@ -166,30 +160,9 @@ fn scan(
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
     }
-    // A bin holds a little more than its width: levels that add up to the rate fill the bins
-    // only on average, and without slack every bin that a flow's phase overfills pushes packets
-    // (and their flows' clocks) while the bins it underfills go to waste, so the link is never
-    // full. The slack bounds the short-term excess; the levels bound the long-term rate.
-    let capacity = bin_ns + (bin_ns >> SLACK_SHIFT);
-    // What priority packets borrowed and the bins could not hold, and what this packet repays
-    // of it: a packet that books behind others up to its own wire time, booked with it where
-    // it books, which pushes the packets after it. A priority packet repays nothing (it would
-    // only push itself), nor does one the calendar would not lend to (it would push nobody
-    // when it cannot be placed either, and the debt would only move over the last bin's
-    // capacity). The same for what packets put over the bin after their span.
-    let lend_limit = CALENDAR_MAX_SPAN_BINS as u64 * bin_ns;
-    // The two lent debts share one packet's worth of repayment, the sparse packets' first (it
-    // decides the lending).
-    let (lent, repay_lent) = repay(DEBT_SLOT, tx_ns, !priority);
-    let (_, repay_tin) = repay(TIN_DEBT_SLOT, tx_ns - repay_lent, !priority);
-    let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
-    let lent_to = priority as u64 & (tin_first as u64 | branchless::below(lent, lend_limit));
-    // A sparse packet the calendar no longer lends to books without the slack: the slack is
-    // for the phases of flows their levels pace, and nothing paces these. With it, a load of
-    // nothing but such packets filled every bin to its capacity, 6 % over the rate.
-    let capacity = capacity - (bin_ns >> SLACK_SHIFT) * (priority as u64 & (lent_to ^ 1));
-    out.refused = priority && lent_to == 0;
-    let priority = lent_to != 0;
+    let terms = terms(tx_ns, bin_ns, priority, tin_first);
+    out.refused = priority && terms.lent_to == 0;
+    let priority = terms.lent_to != 0;
     let frontier = CALENDAR.get_ptr_mut(FRONTIER_SLOT);
     let now_bin = now_ns / bin_ns;
     // SAFETY: map value, valid for the run; a stale read starts a scan a bin early or late.
@@ -197,129 +170,185 @@ fn scan(
         Some(f) => branchless::max(unsafe { core::ptr::read_volatile(f) }, now_bin),
         None => now_bin,
     };
-    let mut index = want_ns / bin_ns;
+    let mut walk = Walk {
+        index: want_ns / bin_ns,
+        remaining: terms.books_ns,
+        placed: false,
+        placed_at: 0,
+        last_bin: core::ptr::null_mut(),
+    };
     // Only a packet that scans from the frontier learns where it now is.
-    let from_front = !priority && index <= front;
+    let from_front = !priority && walk.index <= front;
     if from_front {
-        index = front;
-        if (index * bin_ns).saturating_sub(now_ns) >= bin_ns * (CALENDAR_BINS as u64 - 1) {
+        walk.index = front;
+        if (front * bin_ns).saturating_sub(now_ns) >= bin_ns * (CALENDAR_BINS as u64 - 1) {
             // A ring ahead: it leaves there unbooked (beyond the horizon, which drops it).
-            out.depart_ns = index * bin_ns;
+            out.depart_ns = front * bin_ns;
             out.delayed = true;
             return out;
         }
     }
-    let mut placed_at = 0;
-    let mut remaining = tx_ns + repay_lent + repay_tin + repay_overflow;
-    let mut placed = false;
-    let mut last_bin: *mut u64 = core::ptr::null_mut();
     for i in 0..=CALENDAR_MAX_SPAN_BINS {
-        // The bin after the span takes whatever a packet that may not borrow still carries, and
-        // the packet queues behind what that bin holds. Leaving at its start instead, every
-        // packet that found its span full left together, while the bins after it filled up
-        // again: two hosts at the whole rate each (levels one control tick old) ran 19 % over
-        // the rate. What goes over that bin's capacity leaves in the following bins' time: it
-        // is owed (`OVERFLOW_SLOT`), and the packets booking them repay it.
+        // The bin after the span takes whatever a packet that may not borrow still carries
+        // (see `step`).
         let beyond = i == CALENDAR_MAX_SPAN_BINS;
-        if remaining == 0 || (beyond && priority) {
+        if walk.remaining == 0 || (beyond && priority) {
             break;
         }
-        let Some(bin) = CALENDAR.get_ptr_mut((index % CALENDAR_BINS as u64) as u32) else {
+        if !step(
+            &mut walk,
+            &mut out,
+            want_ns,
+            now_ns,
+            bin_ns,
+            terms.capacity,
+            priority,
+            beyond,
+        ) {
             break;
-        };
-        last_bin = bin;
-        let lap = (index / CALENDAR_BINS as u64) & LAP_MASK;
-        let current = unsafe { core::ptr::read_volatile(bin) };
-        let booked = if current >> USED_BITS == lap {
-            current & USED_MASK
-        } else {
-            0
-        };
-        // Wire time that has already passed cannot be used: no burst credit from an idle
-        // start of the current bin.
-        let bin_start = index * bin_ns;
-        let elapsed = if now_ns > bin_start {
-            now_ns - bin_start
-        } else {
-            0
-        };
-        let used = if elapsed > booked { elapsed } else { booked };
-        index += 1;
-        let room = if beyond { USED_MASK } else { capacity };
-        if used >= room {
-            continue;
         }
-        let take = if room - used >= remaining {
-            remaining
-        } else {
-            room - used
-        };
-        // One attempt per bin: a lost race moves on to the next bin (counted) rather than
-        // looping, which keeps the program within what the verifier explores.
-        let (_, swapped) = unsafe {
-            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
-                bin,
-                current,
-                (lap << USED_BITS) | (used + take),
-            )
-        };
-        if !swapped {
-            out.contended = true;
-            continue;
-        }
-        if !placed {
-            placed = true;
-            placed_at = index - 1 + (used + take >= capacity) as u64;
-            // Behind what the bins up to its own already carry: where a FIFO at the rate
-            // would send it. It overtakes them on the wire, so this is no promise that its
-            // recipient has not had it already: the ACK filter counts it only where a late
-            // estimate costs the sender nothing but time (see `ackfilter::Ahead`).
-            out.on_wire_ns = branchless::max(want_ns, bin_start + used);
-            // In the bin it wanted, a packet leaves when its flow said: the bin's capacity
-            // bounds the aggregate without ordering flows inside it. A packet pushed into a
-            // later bin queues behind what that bin already carries.
-            if bin_start > want_ns && !priority {
-                out.depart_ns = bin_start + used;
-                out.delayed = true;
-            }
-        }
-        if beyond && used + take > capacity {
-            owe(OVERFLOW_SLOT, used + take - branchless::max(used, capacity));
-        }
-        remaining -= take;
     }
     if from_front
-        && placed_at > front
+        && walk.placed_at > front
         && let Some(f) = frontier
     {
         // Racing CPUs may move it back a bin, which the next packet that scans it fills.
-        unsafe { core::ptr::write_volatile(f, placed_at) };
+        unsafe { core::ptr::write_volatile(f, walk.placed_at) };
     }
+    settle(&walk, &mut out, bin_ns, priority, tin_first);
+    out
+}
+
+/// The terms a packet books on: the bins' capacity for it, whether the calendar lends to it,
+/// and the wire time it books: its own and what it repays of the debts.
+struct Terms {
+    capacity: u64,
+    lent_to: u64,
+    books_ns: u64,
+}
+
+/// A packet's terms (see `Terms`). A packet that books behind others repays up to its own wire
+/// time of each debt, booked with it where it books, which pushes the packets after it. A
+/// priority packet repays nothing (it would only push itself), nor does one the calendar would
+/// not lend to (it would push nobody when it cannot be placed either, and the debt would only
+/// move over the last bin's capacity).
+#[inline(always)]
+fn terms(tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
+    let lend_limit = CALENDAR_MAX_SPAN_BINS as u64 * bin_ns;
+    // The two lent debts share one packet's worth of repayment, the sparse packets' first (it
+    // decides the lending).
+    let (lent, repay_lent) = repay(DEBT_SLOT, tx_ns, !priority);
+    let (_, repay_tin) = repay(TIN_DEBT_SLOT, tx_ns - repay_lent, !priority);
+    let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
+    let lent_to = bins::lends(priority, tin_first, lent, lend_limit);
+    Terms {
+        capacity: bins::capacity(bin_ns, priority as u64 & (lent_to ^ 1)),
+        lent_to,
+        books_ns: tx_ns + repay_lent + repay_tin + repay_overflow,
+    }
+}
+
+/// Where a packet's scan of the bins stands.
+struct Walk {
+    /// The absolute index of the next bin.
+    index: u64,
+    /// Wire time still to book.
+    remaining: u64,
+    /// Whether its first share is booked, and the bin it then takes as the frontier.
+    placed: bool,
+    placed_at: u64,
+    /// The last bin it scanned.
+    last_bin: *mut u64,
+}
+
+/// Takes what the packet can from the walk's next bin; false when there is no bin to read.
+///
+/// In the bin it wanted, a packet leaves when its flow said: the bin's capacity bounds the
+/// aggregate without ordering flows inside it. A packet pushed into a later bin queues behind
+/// what that bin already carries. The bin after the span (`beyond`) takes whatever a packet
+/// that may not borrow still carries, behind what it holds; what goes over its capacity leaves
+/// in the following bins' time and is owed (`OVERFLOW_SLOT`).
+#[inline(always)]
+fn step(
+    walk: &mut Walk,
+    out: &mut Booked,
+    want_ns: u64,
+    now_ns: u64,
+    bin_ns: u64,
+    capacity: u64,
+    priority: bool,
+    beyond: bool,
+) -> bool {
+    let index = walk.index;
+    let Some(bin) = CALENDAR.get_ptr_mut((index % CALENDAR_BINS as u64) as u32) else {
+        return false;
+    };
+    walk.last_bin = bin;
+    walk.index += 1;
+    let lap = bins::lap(index, CALENDAR_BINS as u64);
+    let current = unsafe { core::ptr::read_volatile(bin) };
+    let bin_start = index * bin_ns;
+    let used = bins::used(current, lap, bin_start, now_ns);
+    let room = if beyond { bins::USED_MASK } else { capacity };
+    let Some(take) = bins::take(used, room, walk.remaining) else {
+        return true;
+    };
+    // One attempt per bin: a lost race moves on to the next bin (counted) rather than
+    // looping, which keeps the program within what the verifier explores.
+    let (_, swapped) = unsafe {
+        atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(bin, current, bins::word(lap, used + take))
+    };
+    if !swapped {
+        out.contended = true;
+        return true;
+    }
+    if !walk.placed {
+        walk.placed = true;
+        walk.placed_at = index + (used + take >= capacity) as u64;
+        // Behind what the bins up to its own already carry: where a FIFO at the rate would
+        // send it. It overtakes them on the wire, so this is no promise that its recipient
+        // has not had it already: the ACK filter counts it only where a late estimate costs
+        // the sender nothing but time (see `ackfilter::Ahead`).
+        out.on_wire_ns = branchless::max(want_ns, bin_start + used);
+        if bin_start > want_ns && !priority {
+            out.depart_ns = bin_start + used;
+            out.delayed = true;
+        }
+    }
+    if beyond && used + take > capacity {
+        owe(OVERFLOW_SLOT, bins::beyond_capacity(used, take, capacity));
+    }
+    walk.remaining -= take;
+    true
+}
+
+/// The end of a packet's scan: where one never placed leaves, and where the wire time that
+/// found no room goes. A priority packet's becomes debt; any other packet's (a race lost on the
+/// bin after the span) is charged to the last bin scanned, over its capacity, so that the
+/// packets after it see that bin full instead of the aggregate silently running over the rate.
+#[inline(always)]
+fn settle(walk: &Walk, out: &mut Booked, bin_ns: u64, priority: bool, tin_first: bool) {
     out.lent = priority;
-    if !placed && priority {
+    if !walk.placed && priority {
         // All of it owed: behind every bin it scanned.
-        out.on_wire_ns = index * bin_ns;
+        out.on_wire_ns = walk.index * bin_ns;
     }
-    if !placed && !priority {
+    if !walk.placed && !priority {
         // Even the bin after the span changed under us (a lost race): leave after it.
-        out.depart_ns = index * bin_ns;
+        out.depart_ns = walk.index * bin_ns;
         out.delayed = true;
     }
+    let remaining = walk.remaining;
     if remaining > 0 {
-        // Wire time that found no room still goes on the wire. A priority packet's becomes
-        // debt; any other packet's (a race lost on the bin after the span) is charged to the
-        // last bin scanned, over its capacity, so that the packets after it see that bin full
-        // instead of the aggregate silently running over the rate.
         if priority {
             // `tin_first` packets are always lent to; a sparse one only while it may be.
             let slot = branchless::select(tin_first as u64, TIN_DEBT_SLOT as u64, DEBT_SLOT as u64);
             owe(slot as u32, remaining);
-        } else if !last_bin.is_null() {
-            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(last_bin, remaining) };
+        } else if !walk.last_bin.is_null() {
+            unsafe { atomic_xadd::<u64, u64, { Relaxed }>(walk.last_bin, remaining) };
         }
     }
     out.unplaced_ns = remaining;
-    out
 }
 
 /// What the device sent ahead of the rate (`shaper_common::overrun`): owed like what packets
@@ -347,9 +376,8 @@ fn repay(slot: u32, tx_ns: u64, repays: bool) -> (u64, u64) {
     let Some(debt) = CALENDAR.get_ptr_mut(slot) else {
         return (0, 0);
     };
-    let d = unsafe { core::ptr::read_volatile(debt) } as i64;
-    let owed = (d & !(d >> 63)) as u64;
-    let repaid = branchless::min(owed, tx_ns) * repays as u64;
+    let owed = bins::owed(unsafe { core::ptr::read_volatile(debt) });
+    let repaid = bins::repayment(owed, tx_ns, repays);
     if repaid != 0 {
         unsafe { atomic_xadd::<u64, u64, { Relaxed }>(debt, repaid.wrapping_neg()) };
     }

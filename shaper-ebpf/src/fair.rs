@@ -15,13 +15,14 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
 };
 use shaper_common::{
-    abi::{FlowKey, FlowState, HostRate, HostState, LENT, Levels, ShaperConfig, host_flags},
+    abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig, host_flags},
     ackfilter,
     aqm::{self, DataReach, Verdict},
     branchless, cb,
     diffserv::MAX_TINS,
     edt,
     isolation::{Isolation, fields},
+    schedule::{self, Charge, Guarded},
     sizing::{FLOW_CREDIT_NS, ack_round_ns},
     stats::DropReason,
 };
@@ -46,9 +47,6 @@ static HOST_RATES: HashMap<FlowKey, HostRate> = HashMap::with_max_entries(65_536
 
 #[map(name = "SHAPER_FLOWS")]
 static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_048_576, 0);
-
-/// Buckets that absorb a host's new flows beyond its per-epoch quota.
-const OVERFLOW_BUCKETS: u16 = 16;
 
 pub enum Scheduled {
     /// Depart at this time; `contended` when a clock took its fallback path.
@@ -94,273 +92,403 @@ pub fn schedule(
         None => 1,
     };
     let host_key = key(info, mode.host_fields(), config);
-    let Some((host, _)) = entry(&HOSTS, &host_key) else {
+    let Some(host) = host_entry(&host_key) else {
         return Scheduled::NoState;
     };
-    // SAFETY: map values stay valid for the program's run.
-    let host = unsafe { &mut *host };
-    let (flow_fp, host_fp, slack_ns, round_ns) =
-        rates(host, &host_key, epoch, config, info.tin, &mut ahead);
-
+    let paces = rates(host, &host_key, epoch, config, info.tin, &mut ahead);
     let mut flow_key = key(info, mode.flow_fields(), config);
     let flow = match FLOWS.get_ptr_mut(&flow_key) {
         Some(f) => f,
         None => {
-            if host.quota_epoch != epoch {
-                host.quota_epoch = epoch;
-                host.new_flows = 0;
-            }
-            host.new_flows += 1;
-            if config.flow_quota != 0 && host.new_flows > config.flow_quota as u64 {
-                // A flood of new flows from one host shares a few entries of its own instead
-                // of evicting other hosts' state.
-                flow_key.src_port = (flow_key.src_port ^ flow_key.dst_port) % OVERFLOW_BUCKETS;
-                flow_key.dst_port = 0;
-                flow_key.overflow = 1;
-            }
+            admit(host, &mut flow_key, config, epoch);
             match entry(&FLOWS, &flow_key) {
                 Some((f, _)) => f,
                 None => return Scheduled::NoState,
             }
         }
     };
-    // SAFETY: as above.
+    // SAFETY: as for the host.
     let flow = unsafe { &mut *flow };
+    seen(host, flow, epoch);
+    let at = At { wire, now };
+    // 3. What the flow is at this packet, and what the packet is charged.
+    let stood = stand(info, config, host, flow, &paces, at, tcp_tstamp, &mut ahead);
+    // 4. The AQM, before anything is booked: a dropped packet costs no wire time.
+    if let Err(reason) = judge(info, config, flow, &paces, &stood, now, &mut rewrite) {
+        return Scheduled::Dropped(reason);
+    }
+    // 5. The flow's clock, the ACK filter's answer, the host's guard.
+    let clocks = match clocks(
+        config, host, flow, &paces, &stood, at, tcp_tstamp, &mut ahead, &mut jump,
+    ) {
+        Ok(c) => c,
+        Err(reason) => return Scheduled::Dropped(reason),
+    };
+    // 6. The calendar, and the departure.
+    let stamped = stamp(info, config, flow, &clocks, &stood, at, &ahead, &jump);
+    // 7. The counters, and when the link carries it.
+    account(
+        config, host, flow, &paces, &clocks, &stamped, &stood, at, &ahead,
+    );
+    if stamped.depart - now > config.horizon_ns {
+        return Scheduled::Dropped(DropReason::Horizon);
+    }
+    Scheduled::At {
+        depart_ns: stamped.depart,
+        contended: clocks.contended,
+        sparse: noted_sparse(&ahead),
+    }
+}
+
+/// A host's paces as the data path applies them (see `rates`).
+struct Paces {
+    /// ns per byte (fixed point) of its flows' clocks.
+    flow_fp: u64,
+    /// ns per byte of its guard; 0 for none.
+    host_fp: u64,
+    /// How far its flows may book ahead of its allocation.
+    slack_ns: u64,
+    /// A round at its flows' level, for a pure ACK charged one.
+    round_ns: u64,
+}
+
+/// Phase 1: the host's entry, created if missing.
+#[inline(always)]
+fn host_entry<'a>(host_key: &FlowKey) -> Option<&'a mut HostState> {
+    let (host, _) = entry(&HOSTS, host_key)?;
+    // SAFETY: map values stay valid for the program's run.
+    Some(unsafe { &mut *host })
+}
+
+/// Phase 2: a new flow's key, under its host's quota of new flows an epoch: beyond it, the flow
+/// shares an overflow bucket of its host's (`schedule::over_quota`).
+#[inline(always)]
+fn admit(host: &mut HostState, flow_key: &mut FlowKey, config: &ShaperConfig, epoch: u64) {
+    if host.quota_epoch != epoch {
+        host.quota_epoch = epoch;
+        host.new_flows = 0;
+    }
+    host.new_flows += 1;
+    if schedule::over_quota(host.new_flows, config.flow_quota) {
+        flow_key.src_port = schedule::overflow_bucket(flow_key.src_port, flow_key.dst_port);
+        flow_key.dst_port = 0;
+        flow_key.overflow = 1;
+    }
+}
+
+/// Counts the flow in its host's flows seen, once an epoch.
+#[inline(always)]
+fn seen(host: &mut HostState, flow: &mut FlowState, epoch: u64) {
     if flow.epoch != epoch {
         // A race between CPUs may count a flow twice in an epoch: the bound only gets looser.
         flow.epoch = epoch;
         unsafe { atomic_xadd::<u64, u64, { Relaxed }>(&raw mut host.flows_seen, 1) };
     }
+}
 
-    // A pure ACK while the filter is on, of a flow whose host has other flows' packets booked
-    // after its own: charged at least a round's quantum on its flow's clock, so that its flow
-    // sends an ACK per round of the bulk flows beside it, as under CAKE's DRR, and the filter
-    // thins the ACKs between (`ackfilter::round_quantum_bytes`). Alone, it has no round to
-    // keep to and is charged its wire time (a download over a 100 kbit/s uplink). Its flow-time
-    // (below) is its wire time either way: the level it leaves unused goes to the others.
+/// The packet's size on the wire and the time it is scheduled at.
+#[derive(Clone, Copy)]
+struct At {
+    wire: u64,
+    now: u64,
+}
+
+/// What phase 3 decided.
+struct Stood {
+    charge: Charge,
+    /// The flow's clock as this packet found it: its queue is how far that stands ahead of now.
+    flow_clock: u64,
+    credited: u64,
+}
+
+/// Phase 3: the flow's standing (`schedule::standing`), kept in its credit and noted in the
+/// ahead word, and the packet's charge (`schedule::charge`).
+#[inline(always)]
+fn stand(
+    info: &PacketInfo,
+    config: &ShaperConfig,
+    host: &HostState,
+    flow: &mut FlowState,
+    paces: &Paces,
+    at: At,
+    tcp_tstamp: u64,
+    ahead: &mut Word,
+) -> Stood {
     let pure_ack = ackfilter::is_pure_ack(info.tcp_flags, info.tcp_payload_len()) as u64;
-    let others_after = branchless::below(
-        branchless::max(now, flow.last_depart_ns),
-        host.latest_depart_ns,
+    let others_after = schedule::others_after(at.now, flow.last_depart_ns, host.latest_depart_ns);
+    let charge = schedule::charge(
+        at.wire,
+        paces.flow_fp,
+        pure_ack,
+        (config.ack_filter != 0) as u64,
+        others_after,
+        config.ack_quantum_bytes as u64,
+        paces.round_ns,
     );
-    let rounds = pure_ack & (config.ack_filter != 0) as u64 & others_after;
-    let charged_bytes = branchless::select(
-        rounds,
-        branchless::max(wire, config.ack_quantum_bytes as u64),
-        wire,
-    );
-    let tx_wire = edt::tx_time_ns(wire, flow_fp);
-    // Its round at the host's level before the boost (`HostRate::ack_round_ns`).
-    let tx_flow = branchless::select(rounds, branchless::max(tx_wire, round_ns), tx_wire);
-    // The flow's queue is how far its clock runs ahead of now: what this packet waits behind
-    // its flow's earlier packets. The AQM decides on it before anything is booked, so a dropped
-    // packet costs no wire time.
+    // SAFETY: map value, valid for the run; a stale read gives one packet more or less.
     let flow_clock = unsafe { core::ptr::read_volatile(&raw const flow.clock_ns) };
-    // Idle for at least this packet's own time at its level: a sparse flow (a DNS query, a
-    // keystroke, a ping) that stays within its share and so waits for nobody.
-    let idle = branchless::below(now, flow_clock + tx_flow) ^ 1;
-    let unpaced = branchless::below(now, tcp_tstamp) ^ 1;
-    // SAFETY: as for the clock; a stale read gives one packet more or less.
     let credit = unsafe { core::ptr::read_volatile(&raw const flow.sparse_credit_bytes) };
-    let has_credit = branchless::below(credit, wire) ^ 1;
-    // Once found idle, a flow stays sparse while its queue is empty at each packet, within the
-    // frame's bytes of credit below: idle for a packet's time is the test to become sparse, not
-    // to stay so. A flow at about half its level (echo replies every 10 ms, 5 ms each at one
-    // flow's share of 10 Mbit/s among 33) otherwise fell out of it whenever a packet came a
-    // little early, its host's guard held that packet behind the bulk flows' 70 ms of
-    // bookings, and the pings after it waited behind it: 3-6 pings 50-80 ms late, 4-10 times
-    // a run on Linux 6.1. Packets that find their flow's queue not empty (a burst) are not
-    // sparse, and pure ACKs take the strict test only: an ACK flow's pace is its download's,
-    // and staying sparse at the 30/1 uplink's ACK rates cost the uploads 40 kbit/s in each
-    // filter mode (fewer ACKs counted as scheduled, fewer filtered).
-    let drained = branchless::below(now, flow_clock) ^ 1;
-    let sparse_bit = (idle | (drained & has_credit & (pure_ack ^ 1))) & unpaced;
-    // A flow found idle may send a frame's bytes more (CAKE's quantum for a new flow) whose
-    // waits behind the bulk bookings are not carried to its clock. Two echo replies 1 ms apart
-    // (2 ms each at 0.4 Mbit/s, one flow of 33): the second queues behind the bulk bookings;
-    // carried to its flow's clock, that wait made every later ping find its flow busy and queue
-    // behind them again, for a second at a time. Its credit spent, a flow that still queues
-    // carries its waits again, so a bulk flow's clock stays where its packets leave.
-    let credited = has_credit & (sparse_bit ^ 1) & unpaced;
-    let quantum = config.aqm.mtu_bytes as u64;
-    let left = branchless::select(
-        idle,
-        quantum - branchless::min(quantum, wire),
-        credit - branchless::min(credit, wire),
+    let standing = schedule::standing(
+        at.now,
+        flow_clock,
+        charge.tx_flow_ns,
+        tcp_tstamp,
+        credit,
+        at.wire,
+        pure_ack,
+        config.aqm.mtu_bytes as u64,
     );
-    unsafe {
-        core::ptr::write_volatile(
-            &raw mut flow.sparse_credit_bytes,
-            branchless::select(sparse_bit | credited, left, 0),
-        )
-    };
+    unsafe { core::ptr::write_volatile(&raw mut flow.sparse_credit_bytes, standing.credit_bytes) };
     // Noted in the ahead word and read back where it decides, as the other flags are.
-    ahead.insert(sparse_bit as u32 * cb::ahead::SPARSE);
-    if config.aqm.enabled() {
-        let packet = AqmPacket {
-            now,
-            queue_ns: flow_clock.saturating_sub(now),
-            floor_bytes: charged_bytes,
-            flow_ns_per_byte_fp: flow_fp,
-            bits: aqm_bits(info, flow),
-        };
-        match aqm_verdict(flow, config, &packet) {
-            Verdict::Pass => {}
-            // Noted in the control block rather than carried as a flag.
-            Verdict::Mark => rewrite.insert(cb::rewrite::SET_CE),
-            Verdict::DropCodel => return Scheduled::Dropped(DropReason::Codel),
-            Verdict::DropBlue => return Scheduled::Dropped(DropReason::Blue),
-            Verdict::DropOverlimit => return Scheduled::Dropped(DropReason::Overlimit),
-        }
+    ahead.insert(standing.sparse as u32 * cb::ahead::SPARSE);
+    Stood {
+        charge,
+        flow_clock,
+        credited: standing.credited,
     }
+}
 
+/// Phase 4: the AQM's verdict on the flow's queue, a mark noted in the rewrite word.
+#[inline(always)]
+fn judge(
+    info: &PacketInfo,
+    config: &ShaperConfig,
+    flow: &mut FlowState,
+    paces: &Paces,
+    stood: &Stood,
+    now: u64,
+    rewrite: &mut Word,
+) -> Result<(), DropReason> {
+    if !config.aqm.enabled() {
+        return Ok(());
+    }
+    let packet = AqmPacket {
+        now,
+        queue_ns: stood.flow_clock.saturating_sub(now),
+        floor_bytes: stood.charge.bytes,
+        flow_ns_per_byte_fp: paces.flow_fp,
+        bits: aqm_bits(info, flow),
+    };
+    match aqm_verdict(flow, config, &packet) {
+        Verdict::Pass => Ok(()),
+        // Noted in the control block rather than carried as a flag.
+        Verdict::Mark => {
+            rewrite.insert(cb::rewrite::SET_CE);
+            Ok(())
+        }
+        Verdict::DropCodel => Err(DropReason::Codel),
+        Verdict::DropBlue => Err(DropReason::Blue),
+        Verdict::DropOverlimit => Err(DropReason::Overlimit),
+    }
+}
+
+/// What phase 5 decided.
+struct Clocks {
+    /// Where its flow's clock put the packet.
+    want: u64,
+    contended: bool,
+    /// Where its host's guard holds it, and for a kept ACK sent ahead of its host's other
+    /// bookings where it would have (`schedule::Guarded`).
+    guarded: Guarded,
+}
+
+/// Phase 5: the flow's clock, then the ACK filter's answer, then the host's guard.
+#[inline(always)]
+fn clocks(
+    config: &ShaperConfig,
+    host: &mut HostState,
+    flow: &mut FlowState,
+    paces: &Paces,
+    stood: &Stood,
+    at: At,
+    tcp_tstamp: u64,
+    ahead: &mut Word,
+    jump: &mut Word,
+) -> Result<Clocks, DropReason> {
     // SAFETY: the clock lives in a map value valid for the run.
     let (want, contended) = match unsafe {
         clock::reserve(
             &raw mut flow.clock_ns,
-            now,
+            at.now,
             tcp_tstamp,
-            tx_flow,
+            stood.charge.tx_flow_ns,
             config.horizon_ns,
             FLOW_CREDIT_NS,
         )
     } {
         Reserved::At(t) => (t, false),
         Reserved::AtContended(t) => (t, true),
-        Reserved::BeyondHorizon => return Scheduled::Dropped(DropReason::Horizon),
+        Reserved::BeyondHorizon => return Err(DropReason::Horizon),
     };
     // A kept ACK goes ahead of the calendar's bookings, as a host that goes ahead does
     // (`cb::jump` says why).
     let kept = cb::jump::kept(jump.read());
     ahead.insert(kept * cb::ahead::AHEAD);
-    // Arithmetic, not compares (see `branchless`): 1 when the filter wants it first and its
-    // flow's queue would hold it. Its wire time is charged where it would have waited (the
-    // flow's clock above, the host's guard and the calendar below), and it leaves now: the
-    // calendar's bins carry the same time, one ACK earlier. As a host that goes ahead, it is
-    // not held behind other hosts' bookings.
-    let jumps = cb::jump::wanted(jump.read()) & branchless::below(now, want);
+    // 1 when the filter wants it first and its flow's queue would hold it: its wire time is
+    // charged where it would have waited (the flow's clock above, the host's guard and the
+    // calendar below), and it leaves now, not held behind other hosts' bookings either.
+    let jumps = cb::jump::wanted(jump.read()) & branchless::below(at.now, want);
     jump.write(cb::jump::answer(jumps));
     ahead.insert(jumps as u32 * cb::ahead::AHEAD);
-    // The host's guard: its flows may book ahead of its allocation by the slack (their own
-    // queues), no further. It bites only when the flow levels overbook the host. A sparse
-    // packet is charged to the guard but not held by it, so it skips its host's queue; it does
-    // not skip its host's rate: once the host has booked more than a flow's hard limit ahead
-    // (its flows' queues cannot explain that; its traffic is many sparse flows, a flood of new
-    // ones, and no flow clock holds it), its sparse packets are dropped before they book
-    // anything, and what it sends is held to its allocation.
-    //
-    // A kept ACK goes ahead of its host's bookings as it goes ahead of the calendar's, when the
-    // host has packets of other flows booked to leave after it (uploads beside a download): its
-    // wire time, charged to the guard, pushes those. Held behind them, on a 1 Mbit/s uplink
-    // with four uploads, a download's ACKs waited 30-60 ms and left in pairs, and its sender
-    // answered with bursts that overflowed the modem ahead of the router. A host with nothing
-    // booked beyond its ACK flow's own packets (a download over a 100 kbit/s uplink) has nobody
-    // to push: the guard holds it to its allocation. Where the guard would have held it is
-    // kept for the filter, which counts the ACK until then as it counts a lent one
-    // (`behind_host`, below).
-    let mut guarded = want;
-    let mut behind_host = 0;
-    if host_fp != 0 {
+    let guarded = guard(config, host, flow, paces, at, want, kept != 0, ahead)?;
+    Ok(Clocks {
+        want,
+        contended,
+        guarded,
+    })
+}
+
+/// The host's guard (`schedule::guard`), for a host the control plane guards. A sparse packet
+/// of a host that booked past a flow's hard limit ahead of its allocation is dropped before it
+/// books anything (`schedule::sparse_over_limit`).
+#[inline(always)]
+fn guard(
+    config: &ShaperConfig,
+    host: &mut HostState,
+    flow: &FlowState,
+    paces: &Paces,
+    at: At,
+    want: u64,
+    kept: bool,
+    ahead: &Word,
+) -> Result<Guarded, DropReason> {
+    let mut guarded = Guarded {
+        at: want,
+        behind_host: 0,
+    };
+    if paces.host_fp != 0 {
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
-        if noted_sparse(&ahead)
-            && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
-                > now + config.aqm.limit_ns
+        let host_clock = unsafe { core::ptr::read_volatile(&raw const host.clock_ns) };
+        if noted_sparse(ahead)
+            && schedule::sparse_over_limit(host_clock, at.now, config.aqm.limit_ns)
         {
-            return Scheduled::Dropped(DropReason::Overlimit);
+            return Err(DropReason::Overlimit);
         }
-        let tx_host = edt::tx_time_ns(wire, host_fp);
+        let tx_host = edt::tx_time_ns(at.wire, paces.host_fp);
         // SAFETY: as for the flow clock.
-        match unsafe { clock::reserve(&raw mut host.clock_ns, now, 0, tx_host, u64::MAX, 0) } {
+        match unsafe { clock::reserve(&raw mut host.clock_ns, at.now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
-                let floor = start.saturating_sub(slack_ns);
-                if floor > guarded && !noted_sparse(&ahead) {
-                    if kept != 0
-                        && host.latest_depart_ns > branchless::max(guarded, flow.last_depart_ns)
-                    {
-                        behind_host = floor;
-                    } else {
-                        guarded = floor;
-                    }
-                }
+                guarded = schedule::guard(
+                    want,
+                    start,
+                    paces.slack_ns,
+                    noted_sparse(ahead),
+                    kept,
+                    host.latest_depart_ns,
+                    flow.last_depart_ns,
+                );
             }
             Reserved::BeyondHorizon => {}
         }
     }
-    let tx_rate = edt::tx_time_ns(wire, config.ns_per_byte_fp);
+    Ok(guarded)
+}
+
+/// What phase 6 decided.
+struct Stamped {
+    depart: u64,
+    /// The calendar's answer (`calendar::book`).
+    booked: u64,
+    /// 1 when the calendar lent to it.
+    lent: u64,
+    /// 1 when it is an ACK sent ahead of its flow's queue.
+    jumps: u64,
+}
+
+/// Phase 6: the calendar books the packet's wire time at the rate from where it may leave
+/// (`schedule::release`), and the flow's clock carries a wait beyond it.
+#[inline(always)]
+fn stamp(
+    info: &PacketInfo,
+    config: &ShaperConfig,
+    flow: &mut FlowState,
+    clocks: &Clocks,
+    stood: &Stood,
+    at: At,
+    ahead: &Word,
+    jump: &Word,
+) -> Stamped {
+    let tx_rate = edt::tx_time_ns(at.wire, config.ns_per_byte_fp);
     let noted = ahead.read();
-    let sparse_bit = cb::ahead::sparse(noted);
     let tin_first = priority_tin(info.tin);
     let goes_ahead = tin_first || noted != 0;
     // Read back rather than kept in a register since the guard: a value the verifier tracks
     // across the guard's branches keeps their paths apart.
     let jumps = cb::jump::granted(jump.read());
-    // No packet leaves before its flow's last one (a TCP flow's segments stay in order): its
-    // clock does not carry the waits of the frame's bytes after an idle spell, so it may stand
-    // before packets still booked. A sparse packet leaves now or right behind them.
     let last_depart = flow.last_depart_ns;
-    let guarded = branchless::max(branchless::select(sparse_bit, now, guarded), last_depart);
-    let guarded = branchless::select(jumps, now, guarded);
+    let released = schedule::release(
+        at.now,
+        clocks.guarded.at,
+        last_depart,
+        cb::ahead::sparse(noted),
+        jumps,
+    );
     let booked = calendar::book(
-        guarded,
-        now,
+        released,
+        at.now,
         tx_rate,
         config.calendar_bin_ns,
         (goes_ahead as u64 * calendar::PRIORITY) | (tin_first as u64 * calendar::TIN_FIRST),
     );
-    let lent = booked >> LENT.trailing_zeros();
-    let depart = branchless::select(lent, guarded, booked & !LENT);
-    if depart > branchless::max(want, last_depart) && credited == 0 {
-        // Held back by its host or the calendar: the flow's next packet queues behind this one.
-        // Not for leaving behind its own flow's packets: a ping that followed the one queued
-        // behind the bulk would take its flow's clock there after all.
-        unsafe { clock::advance(&raw mut flow.clock_ns, depart + tx_flow) };
+    let (depart, lent) = schedule::departure(booked, released);
+    if schedule::carries_wait(depart, clocks.want, last_depart, stood.credited) {
+        unsafe { clock::advance(&raw mut flow.clock_ns, depart + stood.charge.tx_flow_ns) };
     }
+    Stamped {
+        depart,
+        booked,
+        lent,
+        jumps,
+    }
+}
 
-    // Flow-time is how far this packet moved its flow's clock: its transmission time at the
-    // level plus any push by the calendar. A flow kept busy here accounts for the whole interval
-    // whether its level or the overbooked aggregate held it back, so the count of busy flows is
-    // the number of flows, not the rate divided by a level that may be wrong. An ACK charged a
-    // round's quantum counts its wire time only: an ACK flow at one ACK a round is a fraction
-    // of a flow, and the level is set for the flows that use it.
-    // Where its flow's clock put it: for a packet sent first, behind its flow's queue.
-    let charged = branchless::max(depart, want);
-    let clock_ns = charged + tx_wire - want;
-    // Held back by its own clock or by the calendar, the flow is bottlenecked here: a flow the
-    // calendar delays (others overbooked it) must not read as limited elsewhere, or its share
-    // would go to the very flows that overbooked. A sparse packet is held by neither, but one
-    // booked while its host's guard already stood more than the slack ahead was sent over the
-    // host's allocation: it counts as waited too, or a host of many sparse flows would read as
-    // limited elsewhere, its demand measured as what its guard let through.
-    let over_allocation = noted_sparse(&ahead)
-        && host_fp != 0
-        && unsafe { core::ptr::read_volatile(&raw const host.clock_ns) }
-            > now + slack_ns + edt::tx_time_ns(wire, host_fp);
-    count(host, flow, wire, clock_ns, charged > now || over_allocation);
+/// Phase 7: the host's and flow's counters for the control plane, and the flow's departures
+/// and on-wire times for the next packets and the ACK filter.
+#[inline(always)]
+fn account(
+    config: &ShaperConfig,
+    host: &mut HostState,
+    flow: &mut FlowState,
+    paces: &Paces,
+    clocks: &Clocks,
+    stamped: &Stamped,
+    stood: &Stood,
+    at: At,
+    ahead: &Word,
+) {
+    let depart = stamped.depart;
+    let (charged, flow_time) = schedule::flow_time(depart, clocks.want, stood.charge.tx_wire_ns);
+    let over_allocation = noted_sparse(ahead)
+        && paces.host_fp != 0
+        && schedule::over_allocation(
+            true,
+            true,
+            // SAFETY: as for the flow clock.
+            unsafe { core::ptr::read_volatile(&raw const host.clock_ns) },
+            at.now,
+            paces.slack_ns,
+            edt::tx_time_ns(at.wire, paces.host_fp),
+        );
+    let waited = schedule::waited(charged, at.now, over_allocation);
+    count(host, flow, at.wire, flow_time, waited);
     if depart > host.latest_depart_ns {
         host.latest_depart_ns = depart;
     }
-    // A packet sent ahead of its flow's queue is not scheduled ahead of anything: the flow's
-    // departures stay those of its queue, which the filter now reads as stale.
+    let jumps = stamped.jumps;
     flow.last_depart_ns = branchless::select(jumps, flow.last_depart_ns, depart);
-    let (last, prev) = (flow.last_on_wire_ns, flow.prev_on_wire_ns);
-    flow.prev_on_wire_ns = branchless::select(jumps, prev, last);
-    // A kept ACK sent ahead of its host's bookings is on its way to the link no earlier than
-    // where its host's guard would have held it, for the filter (within the lent window).
-    let estimate = branchless::select(
-        lent,
-        LENT | branchless::max(booked & !LENT, behind_host),
-        booked,
+    let estimate =
+        schedule::on_wire_estimate(stamped.booked, stamped.lent, clocks.guarded.behind_host);
+    let (last, prev) = schedule::recent_on_wire(
+        flow.last_on_wire_ns,
+        flow.prev_on_wire_ns,
+        estimate,
+        depart,
+        at.now,
+        config.lent_window_ns as u64,
+        jumps,
     );
-    let on_wire = ackfilter::on_wire(estimate, depart, now, config.lent_window_ns as u64);
-    flow.last_on_wire_ns = branchless::select(jumps, last, on_wire);
-    if depart - now > config.horizon_ns {
-        return Scheduled::Dropped(DropReason::Horizon);
-    }
-    Scheduled::At {
-        depart_ns: depart,
-        contended,
-        sparse: noted_sparse(&ahead),
-    }
+    flow.last_on_wire_ns = last;
+    flow.prev_on_wire_ns = prev;
 }
 
 /// Whether `schedule` noted the packet as sparse, read back from the control block.
@@ -465,7 +593,7 @@ fn rates(
     config: &ShaperConfig,
     tin: u8,
     ahead: &mut Word,
-) -> (u64, u64, u64, u64) {
+) -> Paces {
     // SAFETY: map value, valid for this run; a stale read takes the last epoch's rates once.
     if unsafe { core::ptr::read_volatile(&raw const host.rates_epoch) } != epoch {
         host.rates = read_rates(host_key, config, tin);
@@ -474,12 +602,12 @@ fn rates(
     let r = &host.rates;
     // Written without a branch; the host's flag is the word's `AHEAD` bit.
     ahead.write((r.flags & host_flags::AHEAD) as u32);
-    (
-        r.flow_ns_per_byte_fp,
-        r.host_ns_per_byte_fp,
-        r.slack_ns,
-        r.ack_round_ns,
-    )
+    Paces {
+        flow_fp: r.flow_ns_per_byte_fp,
+        host_fp: r.host_ns_per_byte_fp,
+        slack_ns: r.slack_ns,
+        round_ns: r.ack_round_ns,
+    }
 }
 
 /// The host's rates from the control plane's map, or its tin's newcomer level (see `rates`).

@@ -196,7 +196,34 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
         }
         Scheduled::NoState => return stats::pass(stats, PassReason::NoState),
     };
+    stamp(ctx, stats, info, config, depart, now, wire);
     // SAFETY: as above; a helper write invalidates packet pointers, not the context.
+    let skb = unsafe { &mut *ctx.skb.skb };
+    if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() != 0 {
+        // A mark or a wash. The marker rewrites the header and returns the verdict; it only
+        // comes back here if it could not be called: a wanted mark becomes a drop, a wash is
+        // skipped.
+        unsafe { PROGRAMS.tail_call(ctx, program_slots::MARK) };
+        if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() & rewrite::SET_CE != 0 {
+            return stats::drop(stats, DropReason::Codel);
+        }
+    }
+    Verdict::Pass
+}
+
+/// Stamps the packet's departure and counts it: its scheduled delay, its tin, and an ACK the
+/// scheduler sent ahead of its flow's queue.
+#[inline(always)]
+fn stamp(
+    ctx: &TcContext,
+    stats: &mut DatapathStats,
+    info: &PacketInfo,
+    config: &ShaperConfig,
+    depart: u64,
+    now: u64,
+    wire: u64,
+) {
+    // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
     let segs = if skb.gso_segs == 0 {
         1
@@ -233,16 +260,6 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     let t = info.tin as usize & (MAX_TINS - 1);
     stats.tin_packets[t] += 1;
     stats.tin_bytes[t] += wire;
-    if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() != 0 {
-        // A mark or a wash. The marker rewrites the header and returns the verdict; it only
-        // comes back here if it could not be called: a wanted mark becomes a drop, a wash is
-        // skipped.
-        unsafe { PROGRAMS.tail_call(ctx, program_slots::MARK) };
-        if ControlBlock::new(&mut skb.cb).word(Slot::Rewrite).read() & rewrite::SET_CE != 0 {
-            return stats::drop(stats, DropReason::Codel);
-        }
-    }
-    Verdict::Pass
 }
 
 /// The ACK filter's decision on a pure ACK handed over by `shaper_egress`: drop it, or hand it
