@@ -447,7 +447,7 @@ fn notsent_lowat(value: Option<i64>) -> Check {
     );
     match value {
         None => Check::warn(NAME, "not readable", remedy),
-        Some(v) if v < 0 || v >= NOTSENT_LOWAT_UNSET => Check::warn(
+        Some(v) if !(0..NOTSENT_LOWAT_UNSET).contains(&v) => Check::warn(
             NAME,
             "unset: each socket may queue its whole send buffer unsent, ahead of its newest data",
             remedy,
