@@ -426,6 +426,8 @@ fn bbr(listed: Option<bool>, module: ModuleState) -> Check {
     const NAME: &str = "bbr";
     match (listed, module) {
         (Some(true), _) => Check::pass(NAME, "available"),
+        (_, ModuleState::Loaded) => Check::pass(NAME, "available (module tcp_bbr loaded)"),
+        (_, ModuleState::BuiltIn) => Check::pass(NAME, "available (built in)"),
         (_, ModuleState::Loadable) => Check::pass(NAME, "module tcp_bbr, loaded on first use"),
         (None, ModuleState::Unknown) => Check::warn(
             NAME,
@@ -977,6 +979,19 @@ mod tests {
         });
         assert_eq!(check(&report, "congestion_control").status, Status::Pass);
         assert_eq!(check(&report, "bbr").status, Status::Warn);
+        // The module lists speak when the sysctl cannot be read, and only they cannot tell.
+        for (module, expected) in [
+            (ModuleState::Loaded, Status::Pass),
+            (ModuleState::BuiltIn, Status::Pass),
+            (ModuleState::Absent, Status::Warn),
+            (ModuleState::Unknown, Status::Warn),
+        ] {
+            let report = with_tcp(|t| {
+                t.available_congestion_control = None;
+                t.bbr_module = module;
+            });
+            assert_eq!(check(&report, "bbr").status, expected, "{module:?}");
+        }
     }
 
     #[test]
