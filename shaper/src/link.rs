@@ -243,7 +243,7 @@ impl Interface {
             data: *mut EthtoolValue,
             rest: [u8; 16],
         }
-        const SIOCETHTOOL: libc::c_ulong = 0x8946;
+        const SIOCETHTOOL: libc::Ioctl = 0x8946;
         let mut value = EthtoolValue {
             cmd: offload as u32,
             data: 0,
