@@ -26,7 +26,8 @@ if uname -r | awk -F. '{ exit !($1 > 6 || ($1 == 6 && $2 >= 6)) }'; then tcx=pas
 
 report=$(shaper doctor --json)
 rc=$?
-echo "$report" | tr -d ' \n' | sed 's/},{/}\n{/g' | sed -n 's/.*"name":"\([a-z_]*\)","status":"\([a-z]*\)".*/  \2 \1/p'
+{ echo "$report" | tr -d ' \n'; echo; } | sed 's/},{/}\n{/g' |
+	sed -n 's/.*"name":"\([a-z_]*\)","status":"\([a-z]*\)".*/  \2 \1/p'
 [ "$rc" = 0 ] || fail "shaper doctor exited $rc: $report"
 for check in capabilities btf sch_fq clsact cls_bpf ifb act_mirred cls_matchall bbr; do
 	expect "$report" "$check" pass
