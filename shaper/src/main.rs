@@ -37,6 +37,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // A doctor's failed checks are its report, not an error: it picks its own exit code.
     let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
     let result = match Cli::parse().command {
         Command::Run(args) => done(cmd::run::run(*args)),

@@ -10,10 +10,6 @@
 //! - [`verdict`] turns facts into [`report::Check`]s: which facts pass, warn or fail, and what
 //!   to do about them. It reads nothing and is tested on the host.
 //! - [`report`] prints them, for people or as JSON.
-//!
-//! A check fails only for what makes `shaper run` refuse or break with its default settings; a
-//! missing piece that only an option or a fallback needs, or host advice (fq, BBR, a bounded
-//! unsent queue, a fast clock), warns.
 
 pub mod facts;
 pub mod gather;

@@ -2,8 +2,8 @@
 //! pass. Pure: every decision here is a function of [`Facts`].
 //!
 //! A check fails when `shaper run` with its default settings would refuse or could not shape
-//! (no fq, no BTF, missing privileges, an attachment path the kernel lacks, a root it will
-//! not replace); it warns when a fallback or an option is affected, or when the host departs
+//! (no fq, no BTF, missing privileges, an attachment path the kernel lacks, no such interface,
+//! a root it will not replace); it warns when a fallback or an option is affected, or when the host departs
 //! from the advice for hosts behind a shaper (fq, BBR, a bounded unsent queue, a fast clock).
 
 use shaper_common::rate::DisplayRate;
@@ -19,7 +19,7 @@ use super::{
 
 /// The ceiling on each socket's unsent bytes advised for servers whose latency matters: 128 KiB
 /// keeps throughput while bounding how much a connection queues ahead of its newest data.
-pub const NOTSENT_LOWAT_BYTES: i64 = 128 * 1024;
+const NOTSENT_LOWAT_BYTES: i64 = 128 * 1024;
 
 /// What `tcp_notsent_lowat` reads when unset (no limit): UINT_MAX, or -1 on old kernels.
 const NOTSENT_LOWAT_UNSET: i64 = u32::MAX as i64;
