@@ -189,7 +189,8 @@ pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, 
 impl Filter {
     /// Whether the kernel has this filter's kind (classifier): asks for one without options,
     /// which the kernel refuses after finding the kind (EINVAL) or for want of it (ENOENT).
-    /// Needs the hook's clsact. Adds nothing.
+    /// Needs the hook's clsact. `bpf` and `matchall` refuse a filter without options, so
+    /// nothing is added.
     pub fn kind_known(&self, sock: &mut Socket) -> Result<bool, NetlinkError> {
         let mut attrs = Attrs::default();
         attrs.put_str(TCA_KIND, self.kind);

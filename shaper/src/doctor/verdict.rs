@@ -41,7 +41,11 @@ pub fn judge(facts: &Facts) -> Report {
             .map(|f| feature(f, facts.tcx, facts.loadable_modules)),
     );
     if let Some(iface) = &facts.iface {
-        checks.extend(interface(iface, facts.tcx));
+        checks.extend(interface(
+            iface,
+            facts.tcx,
+            facts.missing_capabilities.is_empty(),
+        ));
     }
     checks.extend(tcp(&facts.tcp));
     checks.push(clocksource(&facts.clock));
@@ -170,7 +174,7 @@ fn missing(feature: Feature, tcx: bool, loadable_modules: bool, what: &str) -> C
     }
 }
 
-fn interface(iface: &IfaceFacts, tcx: bool) -> Vec<Check> {
+fn interface(iface: &IfaceFacts, tcx: bool, privileged: bool) -> Vec<Check> {
     let Some(link) = &iface.link else {
         return vec![Check::fail(
             "interface",
@@ -188,7 +192,7 @@ fn interface(iface: &IfaceFacts, tcx: bool) -> Vec<Check> {
         ingress_qdisc(name, &link.ingress_slot, tcx),
         tx_queues(&link.tx_queues),
         offloads(link),
-        running_shaper(name, link),
+        running_shaper(name, link, privileged),
     ]
 }
 
@@ -334,12 +338,23 @@ fn offloads(link: &LinkFacts) -> Check {
     Check::pass(NAME, detail)
 }
 
-fn running_shaper(iface: &str, link: &LinkFacts) -> Check {
+/// `privileged`: the process has shaper's capabilities, so its state files are readable to it.
+fn running_shaper(iface: &str, link: &LinkFacts, privileged: bool) -> Check {
     const NAME: &str = "running_shaper";
     let reset = format!("shaper reset --iface {iface} (or start a shaper there: it takes over)");
     let root_is_shapers = matches!(link.root, Ok(RootFacts::Replaceable { shapers: true, .. }));
     match &link.shaper {
-        Err(e) => Check::warn(NAME, format!("state file unreadable: {e}"), reset),
+        Err(e) if !privileged => Check::warn(
+            NAME,
+            format!("could not read: {e}"),
+            "run shaper doctor as root (shaper's state is root's alone)",
+        ),
+        // `shaper reset` needs the record too: a broken one goes first.
+        Err(e) => Check::warn(
+            NAME,
+            format!("state file unreadable: {e}"),
+            format!("remove that file, then: shaper reset --iface {iface}"),
+        ),
         Ok(ShaperFacts::None) if root_is_shapers => Check::warn(
             NAME,
             "shaper's qdisc is installed, but no shaper has a record of it",
@@ -908,6 +923,29 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .starts_with("shaper reset --iface eth0")
+        );
+        // A record that cannot be read: as root, it is broken and goes before a reset.
+        let broken = with_link(LinkFacts {
+            shaper: Err("state file /run/shaper/1-2.json is unreadable: EOF".into()),
+            ..link()
+        });
+        let report = judge(&broken);
+        assert!(
+            check(&report, "running_shaper")
+                .remedy
+                .as_deref()
+                .unwrap()
+                .starts_with("remove that file")
+        );
+        let mut denied = broken.clone();
+        denied.missing_capabilities = vec!["CAP_NET_ADMIN"];
+        let report = judge(&denied);
+        assert!(
+            check(&report, "running_shaper")
+                .remedy
+                .as_deref()
+                .unwrap()
+                .starts_with("run shaper doctor as root")
         );
         let orphan = with_link(root("fq", &[], true));
         assert_eq!(status(&orphan, "running_shaper"), Status::Warn);
