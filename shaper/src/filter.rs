@@ -218,9 +218,9 @@ impl Filter {
     }
 }
 
-/// Whether the kernel has the `mirred` action: adds it alone (`tc action add mirred egress
-/// redirect dev TO`), where it stays until its network namespace goes. For a namespace made
-/// for the question (`doctor::netns_probe`).
+/// Adds a `mirred` redirect to `to_ifindex` on its own (`tc action add mirred egress redirect
+/// dev TO`), which a kernel without the action refuses (ENOENT). It stays until its network
+/// namespace goes: for a namespace made to ask the question (`doctor::netns_probe`).
 pub fn add_standalone_redirect(sock: &mut Socket, to_ifindex: u32) -> Result<(), NetlinkError> {
     // struct tcamsg: the family and padding.
     let mut body = vec![libc::AF_UNSPEC as u8, 0, 0, 0];

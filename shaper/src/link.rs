@@ -1,5 +1,5 @@
-//! The network interface being shaped: name, index, TX queues, GSO and GRO limits; and the IFB
-//! devices that ingress shaping creates.
+//! The network interface being shaped: name, index, TX queues, GSO and GRO limits, offloads;
+//! and the IFB devices that ingress shaping creates.
 
 use std::{
     ffi::CString,
@@ -243,6 +243,7 @@ impl Interface {
             data: *mut EthtoolValue,
             rest: [u8; 16],
         }
+        const _: () = assert!(std::mem::size_of::<IfReq>() == 40);
         const SIOCETHTOOL: libc::Ioctl = 0x8946;
         let mut value = EthtoolValue {
             cmd: offload as u32,
@@ -253,9 +254,9 @@ impl Interface {
             data: &mut value,
             rest: [0; 16],
         };
-        let name = self.name.as_bytes();
-        req.name[..name.len().min(libc::IFNAMSIZ - 1)]
-            .copy_from_slice(&name[..name.len().min(libc::IFNAMSIZ - 1)]);
+        // Interface names are at most 15 bytes; the 16th stays the terminating NUL.
+        let name = &self.name.as_bytes()[..self.name.len().min(libc::IFNAMSIZ - 1)];
+        req.name[..name.len()].copy_from_slice(name);
         // SAFETY: plain socket(2) call; the result is checked before being wrapped.
         let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
