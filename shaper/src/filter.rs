@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use crate::{
     netlink::{
         Attrs, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, RTM_DELTFILTER, RTM_GETTFILTER,
-        RTM_NEWTFILTER, Socket, TCA_KIND, TCA_OPTIONS, parse_attrs,
+        RTM_NEWACTION, RTM_NEWTFILTER, Socket, TCA_KIND, TCA_OPTIONS, parse_attrs,
     },
     qdisc,
 };
@@ -25,6 +25,7 @@ const TCA_BPF_FD: u16 = 6;
 const TCA_BPF_NAME: u16 = 7;
 const TCA_BPF_FLAGS: u16 = 8;
 const TCA_BPF_ID: u16 = 11;
+const TCA_ACT_TAB: u16 = 1;
 const TCA_ACT_KIND: u16 = 1;
 const TCA_ACT_OPTIONS: u16 = 2;
 const TCA_MIRRED_PARMS: u16 = 2;
@@ -186,6 +187,23 @@ pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, 
 }
 
 impl Filter {
+    /// Whether the kernel has this filter's kind (classifier): asks for one without options,
+    /// which the kernel refuses after finding the kind (EINVAL) or for want of it (ENOENT).
+    /// Needs the hook's clsact. `bpf` and `matchall` refuse a filter without options, so
+    /// nothing is added.
+    pub fn kind_known(&self, sock: &mut Socket) -> Result<bool, NetlinkError> {
+        let mut attrs = Attrs::default();
+        attrs.put_str(TCA_KIND, self.kind);
+        let mut body = self.tcmsg();
+        body.extend_from_slice(&attrs.0);
+        match sock.request(RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL, &body) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(libc::EINVAL) => Ok(true),
+            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Whether this filter is on its hook (with `program_id`, running that program).
     pub fn is_present(
         &self,
@@ -198,6 +216,19 @@ impl Filter {
                 && (program_id.is_none() || f.program_id == program_id)
         }))
     }
+}
+
+/// Adds a `mirred` redirect to `to_ifindex` on its own (`tc action add mirred egress redirect
+/// dev TO`), which a kernel without the action refuses (ENOENT). It stays until its network
+/// namespace goes: for a namespace made to ask the question (`doctor::netns_probe`).
+pub fn add_standalone_redirect(sock: &mut Socket, to_ifindex: u32) -> Result<(), NetlinkError> {
+    // struct tcamsg: the family and padding.
+    let mut body = vec![libc::AF_UNSPEC as u8, 0, 0, 0];
+    let mut attrs = Attrs::default();
+    attrs.put(TCA_ACT_TAB, &mirred_redirect(to_ifindex).0);
+    body.extend_from_slice(&attrs.0);
+    sock.request(RTM_NEWACTION, NLM_F_CREATE | NLM_F_EXCL, &body)
+        .map(drop)
 }
 
 /// An action list of one `mirred egress redirect dev TO`.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod cost;
 pub mod deploy;
+pub mod doctor;
 pub mod fairness;
 pub mod filter;
 pub mod health;

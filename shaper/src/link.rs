@@ -1,7 +1,13 @@
-//! The network interface being shaped: name, index, TX queues, GSO and GRO limits; and the IFB
-//! devices that ingress shaping creates.
+//! The network interface being shaped: name, index, TX queues, GSO and GRO limits, offloads;
+//! and the IFB devices that ingress shaping creates.
 
-use std::{ffi::CString, os::unix::fs::MetadataExt};
+use std::{
+    ffi::CString,
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::fs::MetadataExt,
+    },
+};
 
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -209,6 +215,58 @@ impl Interface {
             iface: self.name.clone(),
             source,
         }
+    }
+}
+
+/// A device offload, by its ethtool get command (the legacy ones, which the kernel answers
+/// from the device's feature flags for every driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offload {
+    Tso = 0x1e,
+    Gso = 0x23,
+    Gro = 0x2b,
+}
+
+impl Interface {
+    /// Whether `offload` is on; `None` when the device does not say.
+    pub fn offload(&self, offload: Offload) -> Option<bool> {
+        /// struct ethtool_value.
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        /// struct ifreq with its union as ifr_data (40 bytes).
+        #[repr(C)]
+        struct IfReq {
+            name: [u8; libc::IFNAMSIZ],
+            data: *mut EthtoolValue,
+            rest: [u8; 16],
+        }
+        const _: () = assert!(std::mem::size_of::<IfReq>() == 40);
+        const SIOCETHTOOL: libc::Ioctl = 0x8946;
+        let mut value = EthtoolValue {
+            cmd: offload as u32,
+            data: 0,
+        };
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data: &mut value,
+            rest: [0; 16],
+        };
+        // Interface names are at most 15 bytes; the 16th stays the terminating NUL.
+        let name = &self.name.as_bytes()[..self.name.len().min(libc::IFNAMSIZ - 1)];
+        req.name[..name.len()].copy_from_slice(name);
+        // SAFETY: plain socket(2) call; the result is checked before being wrapped.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: `raw` is a fresh descriptor we own.
+        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: SIOCETHTOOL reads the ifreq and writes `value`, both alive across the call.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL, &mut req) };
+        (rc == 0).then_some(value.data != 0)
     }
 }
 

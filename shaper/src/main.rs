@@ -20,6 +20,10 @@ enum Command {
     /// Remove everything shaper installed on an interface (e.g. after `kill -9`), putting back
     /// what was there before it when that is on record.
     Reset(cmd::reset::ResetArgs),
+    /// Check that this host (and with --iface, an interface) has what shaper needs, and the
+    /// settings that help it; each check passes, warns or fails with a remedy. Exits 1 when a
+    /// check failed.
+    Doctor(cmd::doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,13 +37,16 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // A doctor's failed checks are its report, not an error: it picks its own exit code.
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
     let result = match Cli::parse().command {
-        Command::Run(args) => cmd::run::run(*args),
-        Command::Stats(args) => cmd::stats::run(args),
-        Command::Reset(args) => cmd::reset::run(args),
+        Command::Run(args) => done(cmd::run::run(*args)),
+        Command::Stats(args) => done(cmd::stats::run(args)),
+        Command::Reset(args) => done(cmd::reset::run(args)),
+        Command::Doctor(args) => cmd::doctor::run(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("shaper: error: {e:#}");
             ExitCode::FAILURE

@@ -1,7 +1,7 @@
-//! A small rtnetlink client: just what the qdisc reconciler needs (dump, create, replace and
-//! delete qdiscs; read a link's queue count), with the kernel's extended-ack messages surfaced in
-//! errors. Raw attributes are kept as bytes so any qdisc's configuration can be saved and
-//! replayed exactly, whatever its kind.
+//! A small rtnetlink client: just what shaper's qdiscs, filters, links and actions need (dump,
+//! create, replace and delete them; read a link's attributes), with the kernel's extended-ack
+//! messages surfaced in errors. Raw attributes are kept as bytes so any qdisc's configuration
+//! can be saved and replayed exactly, whatever its kind.
 
 use std::{
     io,
@@ -33,6 +33,7 @@ pub const RTM_GETTCLASS: u16 = 42;
 pub const RTM_NEWTFILTER: u16 = 44;
 pub const RTM_DELTFILTER: u16 = 45;
 pub const RTM_GETTFILTER: u16 = 46;
+pub const RTM_NEWACTION: u16 = 48;
 
 pub const TCA_KIND: u16 = 1;
 pub const TCA_OPTIONS: u16 = 2;

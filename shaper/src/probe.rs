@@ -42,12 +42,17 @@ fn effective_caps() -> Option<u64> {
 }
 
 pub fn require_privileges() -> Result<(), ProbeError> {
-    let missing = missing_capabilities(effective_caps().unwrap_or(0));
+    let missing = missing_privileges();
     if missing.is_empty() {
         Ok(())
     } else {
         Err(ProbeError::Privileges(missing))
     }
+}
+
+/// The capabilities shaper needs that this process has neither of nor a stand-in for.
+pub fn missing_privileges() -> Vec<&'static str> {
+    missing_capabilities(effective_caps().unwrap_or(0))
 }
 
 /// The capabilities of [`NEEDED`] that the effective set `caps` has neither of nor a stand-in.

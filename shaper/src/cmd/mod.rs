@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod doctor;
 pub mod reset;
 pub mod run;
 pub mod stats;
