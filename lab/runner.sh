@@ -36,15 +36,25 @@ LAB_SHAPERS=
 # ns:dev of the shapers that also shape their ingress (--ingress-rate).
 LAB_INGRESS=
 
+# lab_shaper_bin: the run's shaper: the one on PATH, or the file a plan names in LAB_SHAPER_BIN
+# beside the manifest (a baseline build, `lab run --baseline`).
+lab_shaper_bin() {
+	case ${LAB_SHAPER_BIN:-shaper} in
+	shaper) echo shaper ;;
+	*) echo "$(dirname "$manifest")/$LAB_SHAPER_BIN" ;;
+	esac
+}
+
 # lab_shaper NS DEV ARGS...: shaper run in NS on DEV until the run ends; a shaper that exits
 # before it shapes (say, an option it does not know yet) fails the run with its own error.
 lab_shaper() {
 	ns=$1 dev=$2
 	shift 2
+	shaper=$(lab_shaper_bin)
 	log=shaper-$ns-$dev.log
 	# The control loop's trace: each host's levels and boost every tick (ten lines a second),
 	# what the fairness and ACK-filter analyses read beside the run's counters.
-	SHAPER_LOG=${SHAPER_LOG:-shaper::control=trace,info} ip netns exec "$ns" shaper run --iface "$dev" "$@" >"$log" 2>&1 &
+	SHAPER_LOG=${SHAPER_LOG:-shaper::control=trace,info} ip netns exec "$ns" "$shaper" run --iface "$dev" "$@" >"$log" 2>&1 &
 	pid=$!
 	LAB_SHAPERS="$LAB_SHAPERS $pid:$ns:$dev"
 	ready=
@@ -54,7 +64,7 @@ lab_shaper() {
 		ready=--ingress ;;
 	esac
 	i=0
-	until ip netns exec "$ns" shaper stats --iface "$dev" $ready >/dev/null 2>&1; do
+	until ip netns exec "$ns" "$shaper" stats --iface "$dev" $ready >/dev/null 2>&1; do
 		i=$((i + 1))
 		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 150 ]; then
 			kill "$pid" 2>/dev/null
@@ -233,11 +243,11 @@ lab_collect() {
 	ip netns exec "$2" tc -s -j qdisc show dev "$3" >"qdisc-$1.json" 2>&1
 	for s in $LAB_SHAPERS; do
 		case $s in *":$2:$3")
-			ip netns exec "$2" shaper stats --iface "$3" --json >"shaper-$1.json" 2>&1 ;;
+			ip netns exec "$2" "$(lab_shaper_bin)" stats --iface "$3" --json >"shaper-$1.json" 2>&1 ;;
 		esac
 	done
 	case " $LAB_INGRESS " in *" $2:$3 "*)
-		ip netns exec "$2" shaper stats --iface "$3" --ingress --json >"shaper-$1-ingress.json" 2>&1 ;;
+		ip netns exec "$2" "$(lab_shaper_bin)" stats --iface "$3" --ingress --json >"shaper-$1-ingress.json" 2>&1 ;;
 	esac
 }
 

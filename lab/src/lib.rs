@@ -87,6 +87,11 @@ pub struct RunOptions {
     /// a shipped scenario's queues stand without a copy of it.
     #[arg(long, value_name = "DURATION")]
     pub queue_interval: Option<String>,
+    /// Another shaper build (a static binary, e.g. an earlier commit's `cargo xtask dist`) to
+    /// measure beside this tree's in the same boot: every shaper contender also runs as
+    /// NAME@baseline with it.
+    #[arg(long, value_name = "BINARY")]
+    pub baseline: Option<PathBuf>,
 }
 
 /// Runs one `lab` command; `lab run` boots `machine`.
@@ -168,8 +173,26 @@ fn with_overrides(
             s.queue_interval = seconds;
         }
     }
+    if o.baseline.is_some() {
+        for s in &mut scenarios {
+            let baselines: Vec<_> = s
+                .contenders
+                .iter()
+                .filter(|c| c.kind == scenario::Kind::Shaper)
+                .map(|c| scenario::Contender {
+                    name: format!("{}@baseline", c.name),
+                    binary: Some(BASELINE_FILE.to_string()),
+                    ..c.clone()
+                })
+                .collect();
+            s.contenders.extend(baselines);
+        }
+    }
     Ok(scenarios)
 }
+
+/// The baseline build's name beside the plans in the VM (`RunOptions::baseline`).
+const BASELINE_FILE: &str = "shaper-baseline";
 
 /// Seconds a run takes beyond its duration: topology, the idle lead-in, teardown.
 const RUN_OVERHEAD_S: f64 = 15.0;
@@ -227,6 +250,11 @@ pub fn run_lab(o: &RunOptions, machine: &dyn Machine) -> Result<(Vec<RunResult>,
         std::fs::write(&path, plan::generate(s, c))?;
         files.push(path);
         seconds += (s.duration + RUN_OVERHEAD_S) * s.repetitions as f64;
+    }
+    if let Some(b) = &o.baseline {
+        let copy = plans_dir.join(BASELINE_FILE);
+        std::fs::copy(b, &copy).with_context(|| format!("--baseline {}", b.display()))?;
+        files.push(copy);
     }
     let manifest_path = plans_dir.join("manifest");
     files.push(manifest_path.clone());
@@ -562,6 +590,59 @@ mod tests {
     }
 
     #[test]
+    fn a_baseline_runs_every_shaper_contender_again_with_its_own_binary() {
+        let dir = workspace_root().join("lab/scenarios");
+        let o = RunOptions {
+            files: vec![dir.join("bulk-latency.toml")],
+            compare: vec![],
+            kernel: "6.12".into(),
+            out: None,
+            repetitions: None,
+            queue_interval: None,
+            baseline: Some(PathBuf::from("/tmp/shaper-old")),
+        };
+        let plain = load_all(&o.files).unwrap();
+        let scenarios = with_overrides(load_all(&o.files).unwrap(), &o).unwrap();
+        let shapers = |s: &scenario::Scenario| {
+            s.contenders
+                .iter()
+                .filter(|c| c.kind == scenario::Kind::Shaper)
+                .count()
+        };
+        let (before, after) = (&plain[0], &scenarios[0]);
+        assert!(shapers(before) > 0);
+        assert_eq!(shapers(after), 2 * shapers(before));
+        assert_eq!(
+            after.contenders.len(),
+            before.contenders.len() + shapers(before)
+        );
+        for c in before
+            .contenders
+            .iter()
+            .filter(|c| c.kind == scenario::Kind::Shaper)
+        {
+            let twin = after
+                .contenders
+                .iter()
+                .find(|b| b.name == format!("{}@baseline", c.name))
+                .unwrap();
+            assert_eq!(twin.binary.as_deref(), Some(BASELINE_FILE));
+            assert_eq!(twin.options, c.options);
+            let plan = plan::generate(after, twin);
+            assert!(
+                plan.contains(&format!("LAB_SHAPER_BIN={BASELINE_FILE}\nlab_shaper ")),
+                "{plan}"
+            );
+            assert!(!plan::generate(after, c).contains("LAB_SHAPER_BIN"));
+        }
+        // `--compare shaper` picks both builds.
+        assert_eq!(
+            after.selected(&["shaper".to_string()]).len(),
+            2 * shapers(before)
+        );
+    }
+
+    #[test]
     fn run_options_override_every_scenario_and_reject_bad_values() {
         let dir = workspace_root().join("lab/scenarios");
         let files = vec![
@@ -575,6 +656,7 @@ mod tests {
             out: None,
             repetitions,
             queue_interval: Some(queue_interval.to_string()),
+            baseline: None,
         };
         let o = options(Some(3), "10ms");
         let scenarios = with_overrides(load_all(&o.files).unwrap(), &o).unwrap();

@@ -457,6 +457,9 @@ fn contender(p: &mut String, s: &Scenario, c: &Contender) {
 /// One shaper per interface with an egress placement; an ingress placement on the same
 /// interface becomes its `--ingress-rate` (validation requires the egress one).
 fn shapers(p: &mut String, s: &Scenario, c: &Contender) {
+    if let Some(b) = &c.binary {
+        line(p, &[format!("LAB_SHAPER_BIN={b}")]);
+    }
     for pl in c
         .placements
         .iter()

@@ -24,6 +24,7 @@ pub fn run(kernel: &str, machine: &dyn Machine) -> Result<()> {
             out: Some(root.join(format!("target/lab/sanity-{kernel}"))),
             repetitions: None,
             queue_interval: None,
+            baseline: None,
         },
         machine,
     )?;

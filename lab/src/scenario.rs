@@ -280,6 +280,9 @@ pub struct Contender {
     pub kind: Kind,
     pub options: Vec<String>,
     pub placements: Vec<Placement>,
+    /// For a shaper contender, the file beside the plans that runs instead of the `shaper` on
+    /// the VM's PATH: a baseline build (`lab run --baseline`).
+    pub binary: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -582,6 +585,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             kind: c.kind,
             options: c.options,
             placements,
+            binary: None,
         });
     }
     ensure!(
