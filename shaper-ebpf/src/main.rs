@@ -207,6 +207,7 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     if let Some(slot) = stats.delay_hist.get_mut(bucket) {
         *slot += segs;
     }
+    stats.delay_sum_ns += segs * (depart - now);
     stats.over_target += segs * branchless::below(config.aqm.target_ns, depart - now);
     // Marked as a CLOCK_MONOTONIC delivery time, as TCP marks its own: a packet delivered
     // locally after it leaves (ingress shaping, through the IFB) then gets the real time as its
