@@ -38,6 +38,7 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-ackfilter.sh"],
     &["tests/vm/e2e-accounting.sh"],
     &["tests/vm/e2e-faults.sh"],
+    &["tests/vm/e2e-metrics.sh"],
     // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
     // direction, beside CAKE.
     &["tests/vm/e2e-busy.sh"],

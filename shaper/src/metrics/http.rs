@@ -239,3 +239,54 @@ mod tests {
         assert_eq!(get, format!("{head}ok\n"));
     }
 }
+
+#[cfg(test)]
+mod served {
+    use std::{
+        io::{Read, Write},
+        net::TcpStream,
+    };
+
+    use super::*;
+
+    fn get(addr: std::net::SocketAddr, request: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn clients_that_send_nothing_hold_no_one_else_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        spawn(listener, Monitor::default(), 0).unwrap();
+        // Each silent client holds a slot until its deadline; with one slot left, requests
+        // sent whole are still answered at once, one after the other.
+        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS - 1)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let started = std::time::Instant::now();
+        let ready = get(addr, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ready.starts_with("HTTP/1.1 503 "), "{ready}");
+        let health = get(addr, "GET /healthz HTTP/1.0\r\n\r\n");
+        assert!(health.starts_with("HTTP/1.1 200 OK\r\n"), "{health}");
+        assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+        let metrics = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            metrics.contains("Content-Type: text/plain; version=0.0.4"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("\r\n\r\n# HELP shaper_info "), "{metrics}");
+        assert!(get(addr, "GET /x HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        assert!(get(addr, "nonsense\r\n\r\n").starts_with("HTTP/1.1 400 "));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(idle);
+    }
+}
