@@ -17,7 +17,8 @@ use crate::stats::{HostRow, Report};
 /// The exposition format's media type (the `Content-Type` a scraper expects).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// A sample's value: counters stay exact integers, everything else is a float.
+/// A sample's value: counts stay exact integers (a float loses bytes beyond 2^53), the rest
+/// are floats.
 #[derive(Debug, Clone, Copy)]
 enum Value {
     Int(u64),
@@ -274,6 +275,12 @@ const SINGLES: &[Single] = &[
         value: |d| Value::Int(d.control.failed_ticks),
     },
     Single {
+        name: "shaper_control_tick_last_duration_seconds",
+        kind: Kind::Gauge,
+        help: "How long the control loop's previous tick took, as the data path's levels record it.",
+        value: |d| Value::Float(d.report.tick_us.unwrap_or(0) as f64 / 1e6),
+    },
+    Single {
         name: "shaper_control_tick_max_duration_seconds",
         kind: Kind::Gauge,
         help: "The longest tick of the control loop so far.",
@@ -325,7 +332,7 @@ const BY_LABEL: &[ByLabel] = &[
 /// The data path's scheduled-delay histogram in seconds. Its buckets count delays strictly
 /// below their bound, a subset of Prometheus's `le` (at most): every frame counted under a
 /// bound was indeed at most that.
-pub fn delay_histogram(report: &Report) -> Histogram {
+fn delay_histogram(report: &Report) -> Histogram {
     Histogram {
         upper_bounds: report
             .delay_hist
