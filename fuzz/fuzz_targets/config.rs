@@ -35,6 +35,7 @@ fn check_bounds(s: &Settings) {
     assert!((1_024..=1 << 24).contains(&st.max_flows));
     assert!((16..=1 << 22).contains(&st.max_hosts));
     assert!(st.flow_quota <= 1 << 24);
+    assert!(s.metrics_top_hosts <= 1_000);
     assert_eq!(s.segmenter, s.split_gso);
     assert!(s.describe().starts_with(&s.iface));
 
@@ -89,6 +90,10 @@ fn render(s: &Settings, file: &FileConfig) -> String {
         put("fwmark", format!("{:#x}", s.fwmark_mask).into());
     }
     put("ack-filter", s.ack_filter.name().into());
+    if let Some(addr) = s.metrics {
+        put("metrics", addr.to_string().into());
+    }
+    put("metrics-top-hosts", i64::from(s.metrics_top_hosts).into());
     let mut fq = Table::new();
     for (key, value) in [("limit", file.fq.limit), ("flow-limit", file.fq.flow_limit)] {
         if let Some(v) = value {

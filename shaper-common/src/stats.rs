@@ -100,6 +100,9 @@ pub struct DatapathStats {
     pub segmented: u64,
     /// Frames (GSO segments) by scheduled delay, see [`delay_bucket`].
     pub delay_hist: [u64; DELAY_BUCKETS],
+    /// The scheduled delays of the histogram's frames added up (ns): with their count, the
+    /// mean, which the buckets' octaves only bound.
+    pub delay_sum_ns: u64,
     /// Frames scheduled further ahead than the AQM's target: against the frames of the
     /// histogram, whether the median stands within the target, which the histogram's octaves
     /// cannot tell (a finer one costs the verifier more than the scheduler can spare).
@@ -187,6 +190,7 @@ impl DatapathStats {
         for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
             *a += b;
         }
+        self.delay_sum_ns += other.delay_sum_ns;
         self.over_target += other.over_target;
         self.ecn_capable_dropped += other.ecn_capable_dropped;
         for t in 0..MAX_TINS {
@@ -206,7 +210,7 @@ impl DatapathStats {
 
 const _: () = assert!(
     core::mem::size_of::<DatapathStats>()
-        == 8 * (17
+        == 8 * (18
             + DropReason::COUNT
             + PassReason::COUNT
             + DELAY_BUCKETS

@@ -1,7 +1,7 @@
 //! Settings for one shaped interface: from the command line, a TOML file, or both (the command
 //! line wins). Everything is validated here, before anything on the system is touched.
 
-use std::path::Path;
+use std::{net::SocketAddr, path::Path};
 
 use serde::Deserialize;
 use shaper_common::{
@@ -43,6 +43,9 @@ pub mod defaults {
     /// New flow entries one host may create per control interval (100 ms) before the rest share
     /// overflow buckets: 100k new flows/s, well above any legitimate client.
     pub const FLOW_QUOTA: u32 = 10_000;
+    /// The most hosts per direction the metrics endpoint may list: each is two series, and a
+    /// scrape walks the hosts map; a dashboard's top list, not an inventory.
+    pub const METRICS_TOP_HOSTS_MAX: u32 = 1_000;
 }
 
 /// The `[shaper]`-less flat TOML file: the same names as the long command-line options.
@@ -63,6 +66,8 @@ pub struct FileConfig {
     pub wash: Option<bool>,
     pub fwmark: Option<String>,
     pub ack_filter: Option<String>,
+    pub metrics: Option<String>,
+    pub metrics_top_hosts: Option<u32>,
     #[serde(default)]
     pub fq: FqFile,
     #[serde(default)]
@@ -113,6 +118,8 @@ pub struct CliConfig {
     pub wash: bool,
     pub fwmark: Option<String>,
     pub ack_filter: Option<String>,
+    pub metrics: Option<String>,
+    pub metrics_top_hosts: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +166,10 @@ pub enum ConfigError {
     Diffserv(String),
     #[error("invalid fwmark mask {0:?}: a non-zero 32-bit number (decimal or 0x hex)")]
     Fwmark(String),
+    #[error(
+        "invalid metrics address {0:?}: use IP:PORT (e.g. 127.0.0.1:9101, [::1]:9101) or a port alone (on 127.0.0.1)"
+    )]
+    Metrics(String),
     #[error("unknown isolation mode {0:?}: use one of {modes}", modes = isolation_names())]
     Isolation(String),
     #[error("{what} must be between {min} and {max} (got {value})")]
@@ -240,6 +251,11 @@ pub struct Settings {
     /// fwmark bits that select the tin (0: off).
     pub fwmark_mask: u32,
     pub ack_filter: AckFilter,
+    /// Where the metrics endpoint listens (`--metrics`; none: nothing listens), and how many of
+    /// the busiest hosts per direction it shows. The process's, not a direction's: only the
+    /// egress settings' are read.
+    pub metrics: Option<SocketAddr>,
+    pub metrics_top_hosts: u32,
     /// The ingress direction (`--ingress-rate`): the same settings at that rate, shaped on an
     /// IFB device that the interface's incoming traffic is redirected to.
     pub ingress: Option<Box<Settings>>,
@@ -316,6 +332,20 @@ impl Settings {
             Some(text) => parse_mask(&text).ok_or(ConfigError::Fwmark(text))?,
             None => 0,
         };
+        let metrics = match cli.metrics.or(file_config.metrics) {
+            Some(text) => {
+                Some(crate::metrics::parse_listen_addr(&text).ok_or(ConfigError::Metrics(text))?)
+            }
+            None => None,
+        };
+        let metrics_top_hosts = in_range(
+            "metrics-top-hosts",
+            cli.metrics_top_hosts
+                .or(file_config.metrics_top_hosts)
+                .unwrap_or(0),
+            0,
+            defaults::METRICS_TOP_HOSTS_MAX,
+        )?;
         let isolation = match cli.isolation.or(file_config.isolation) {
             Some(name) => Isolation::parse(&name).ok_or(ConfigError::Isolation(name))?,
             None => Isolation::default(),
@@ -370,6 +400,8 @@ impl Settings {
             wash,
             fwmark_mask,
             ack_filter,
+            metrics,
+            metrics_top_hosts,
             ingress: None,
         };
         let ingress = match ingress_rate_bps {
@@ -688,6 +720,42 @@ mod tests {
         writeln!(f.1, "ingress-rate = \"20mbit\"").unwrap();
         let s = Settings::resolve(cli("eth0", "1mbit"), Some(&f.0)).unwrap();
         assert_eq!(s.ingress.map(|i| i.rate_bps), Some(20_000_000));
+    }
+
+    #[test]
+    fn metrics_listen_only_when_asked_and_the_command_line_wins() {
+        let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
+        assert_eq!((s.metrics, s.metrics_top_hosts), (None, 0));
+        let mut f = tempfile();
+        writeln!(f.1, "metrics = \"9101\"\nmetrics-top-hosts = 5").unwrap();
+        let s = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0)).unwrap();
+        assert_eq!(s.metrics, Some("127.0.0.1:9101".parse().unwrap()));
+        assert_eq!(s.metrics_top_hosts, 5);
+        let c = CliConfig {
+            metrics: Some("[::]:9200".into()),
+            metrics_top_hosts: Some(0),
+            ..cli("eth0", "1gbit")
+        };
+        let s = Settings::resolve(c, Some(&f.0)).unwrap();
+        assert_eq!(s.metrics, Some("[::]:9200".parse().unwrap()));
+        assert_eq!(s.metrics_top_hosts, 0);
+        let bad = |c: CliConfig| Settings::resolve(c, None).unwrap_err().to_string();
+        let e = bad(CliConfig {
+            metrics: Some("localhost:9101".into()),
+            ..cli("eth0", "1gbit")
+        });
+        assert!(
+            e.contains("invalid metrics address \"localhost:9101\""),
+            "{e}"
+        );
+        let e = bad(CliConfig {
+            metrics_top_hosts: Some(1_001),
+            ..cli("eth0", "1gbit")
+        });
+        assert!(
+            e.contains("metrics-top-hosts must be between 0 and 1000"),
+            "{e}"
+        );
     }
 
     /// A configuration file of the test's own, removed when the test ends.

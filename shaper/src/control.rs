@@ -90,6 +90,9 @@ pub struct TickSummary {
     pub epoch: u64,
     pub active_hosts: usize,
     pub bottlenecked_hosts: usize,
+    /// Flows busy during the tick, summed over the active hosts (each host's average over its
+    /// sampling window, so not a whole number).
+    pub active_flows: f64,
     pub level_bps: u64,
     pub new_host_bps: u64,
 }
@@ -294,6 +297,7 @@ impl Controller {
             }
             summary.active_hosts += samples.len();
             summary.bottlenecked_hosts += samples.iter().filter(|s| s.bottlenecked()).count();
+            summary.active_flows += samples.iter().map(|s| s.active_flows).sum::<f64>();
             if t == self.diffserv.tin_of(dscp::CS0) as usize {
                 summary.level_bps = plan.level_bps as u64;
                 summary.new_host_bps = plan.new_host_bps as u64;

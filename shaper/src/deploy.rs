@@ -224,6 +224,11 @@ impl Deployment {
         &self.settings
     }
 
+    /// The state file's content: what `shaper stats` reads to find the maps.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
     /// What a crashed predecessor recorded, once (for a part added later to clean up).
     pub fn take_stale(&mut self) -> Option<State> {
         self.stale.take()

@@ -16,6 +16,7 @@ pub mod ingress;
 pub mod kernel_btf;
 pub mod link;
 pub mod mapmem;
+pub mod metrics;
 pub mod netlink;
 pub mod probe;
 pub mod qdisc;

@@ -52,6 +52,8 @@ pub struct Report {
     pub segmenter_ifb: Option<String>,
     /// Frames by scheduled delay (departure minus stamping time): what each waited in fq.
     pub delay_hist: Vec<DelayBucket>,
+    /// The histogram's frames' scheduled delays added up (ns).
+    pub delay_sum_ns: u64,
     /// The median and 99th percentile of that delay, as the upper bound of their bucket (µs).
     pub delay_p50_us: Option<u64>,
     pub delay_p99_us: Option<u64>,
@@ -154,6 +156,7 @@ impl Report {
                     frames,
                 })
                 .collect(),
+            delay_sum_ns: view.stats.delay_sum_ns,
             delay_p50_us: quantile_us(&view.stats.delay_hist, 500),
             delay_p99_us: quantile_us(&view.stats.delay_hist, 990),
             over_target_frames: view.stats.over_target,

@@ -1,6 +1,7 @@
 //! Installs what the project needs on a fresh machine of this kind (Debian 12, rustup with a
 //! stable and a nightly toolchain): Debian packages, the nightly's `rust-src`, the musl target,
-//! bpf-linker built against the nightly's own libLLVM, and cargo-fuzz. Idempotent and quick when
+//! bpf-linker built against the nightly's own libLLVM, cargo-fuzz, and promtool for the VM.
+//! Idempotent and quick when
 //! everything is present; every task calls it first.
 
 use std::{path::PathBuf, process::Command};
@@ -33,6 +34,9 @@ const NIGHTLY: &str = "nightly";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Pinned, as bpf-linker is: `cargo xtask fuzz` builds the targets with it on the nightly.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
+/// The Debian package with promtool, Prometheus's own parser and linter of the exposition
+/// format, which the VM's metrics test runs on shaper's output.
+const PROMTOOL_PACKAGE: &str = "prometheus";
 
 #[derive(clap::Args)]
 pub struct Options {}
@@ -45,7 +49,8 @@ pub fn ensure() -> Result<()> {
     ensure_packages()?;
     ensure_rust()?;
     ensure_bpf_linker()?;
-    ensure_cargo_fuzz()
+    ensure_cargo_fuzz()?;
+    ensure_promtool()
 }
 
 fn installed(package: &str) -> bool {
@@ -197,4 +202,48 @@ fn ensure_cargo_fuzz() -> Result<()> {
         CARGO_FUZZ_VERSION,
     ]))
     .context("installing cargo-fuzz")
+}
+
+/// Where bootstrap keeps promtool (the VM image carries it as /usr/bin/promtool).
+pub fn promtool_path() -> PathBuf {
+    cache_dir().join("promtool").join("promtool")
+}
+
+/// promtool, unpacked from its Debian package into the cache: installing the package would
+/// also install, and start, a Prometheus server on this machine.
+fn ensure_promtool() -> Result<()> {
+    let path = promtool_path();
+    if path.is_file() {
+        return Ok(());
+    }
+    println!("bootstrap: fetching promtool (Debian's {PROMTOOL_PACKAGE} package)");
+    let dir = path.parent().context("promtool's directory")?;
+    let download = dir.join("download");
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::create_dir_all(&download)?;
+    let fetch = || {
+        run_status(
+            Command::new("apt-get")
+                .args(["download", "-qq", PROMTOOL_PACKAGE])
+                .current_dir(&download),
+        )
+    };
+    if fetch().is_err() {
+        // A machine whose package lists were never read (every other package was there).
+        run_status(Command::new("apt-get").args(["update", "-qq"]))
+            .context("apt-get update (are you root?)")?;
+        fetch().with_context(|| format!("apt-get download {PROMTOOL_PACKAGE}"))?;
+    }
+    let deb = std::fs::read_dir(&download)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| format!("apt-get download left no .deb in {}", download.display()))?;
+    let unpacked = download.join("unpacked");
+    run_status(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::copy(unpacked.join("usr/bin/promtool"), &tmp)
+        .context("the package has no usr/bin/promtool")?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::remove_dir_all(&download)?;
+    Ok(())
 }

@@ -1,5 +1,5 @@
 //! The VM's root file system: busybox for the basics, the host's real iproute2, iperf3, ping,
-//! dash and bash (with their libraries), the static `shaper` and `lab-probe`, the repository's
+//! dash and bash (with their libraries), promtool, the static `shaper` and `lab-probe`, the repository's
 //! test scripts and scenarios, the kernel modules the tests need, and an `/init` that runs one
 //! command.
 
@@ -102,6 +102,12 @@ pub fn build(c: &Contents, out: &Path) -> Result<()> {
     for path in OPTIONAL_HOST_TOOLS.iter().filter_map(|tool| which(tool)) {
         add_host_tool(&mut a, &path)?;
     }
+    // Prometheus's linter of the exposition format, for the metrics endpoint's test: fetched
+    // by bootstrap, not installed on this machine.
+    let promtool = crate::bootstrap::promtool_path();
+    a.copy_file("/usr/bin/promtool", &promtool)
+        .context("promtool is missing: run `cargo xtask bootstrap`")?;
+    add_libraries(&mut a, &promtool)?;
     a.symlink("/usr/bin/sh", "dash")?;
     busybox(&mut a)?;
     for data in HOST_DATA {

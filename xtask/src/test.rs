@@ -40,6 +40,7 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-faults.sh"],
     // `shaper doctor` where every piece is there: TCX on 6.12, the netlink fallback on 6.1.
     &["tests/vm/doctor.sh"],
+    &["tests/vm/e2e-metrics.sh"],
     // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
     // direction, beside CAKE.
     &["tests/vm/e2e-busy.sh"],

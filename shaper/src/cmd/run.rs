@@ -1,9 +1,9 @@
 //! `shaper run`: shape an interface until SIGINT/SIGTERM, then restore it.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Instant};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     config::{CliConfig, Settings},
@@ -11,6 +11,7 @@ use crate::{
     deploy::Deployment,
     health, ingress,
     link::Interface,
+    metrics::{self, Direction, status::Monitor},
     netlink::Socket,
     probe, shape,
 };
@@ -64,6 +65,13 @@ pub struct RunArgs {
     /// certain to cover are dropped (docs/ack-filter.md).
     #[arg(long)]
     pub ack_filter: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz and /readyz: IP:PORT
+    /// (e.g. 127.0.0.1:9101, [::]:9101) or a port alone, on 127.0.0.1. Nothing listens without.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Also show the N busiest hosts of each direction in the metrics (two series each).
+    #[arg(long, value_name = "N")]
+    pub metrics_top_hosts: Option<u32>,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -84,11 +92,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         wash: args.wash,
         fwmark: args.fwmark,
         ack_filter: args.ack_filter,
+        metrics: args.metrics,
+        metrics_top_hosts: args.metrics_top_hosts,
     };
     let settings = Settings::resolve(cli, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
     let iface = Interface::lookup(&settings.iface)?;
+    let monitor = Monitor::default();
+    // Bound before the interface is touched, so that an address in use fails the start; served
+    // from here on, so that /readyz says "not yet" while shaper starts.
+    if let Some(addr) = settings.metrics {
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("metrics endpoint {addr}: {e}"))?;
+        metrics::http::spawn(
+            listener,
+            monitor.clone(),
+            settings.metrics_top_hosts as usize,
+        )?;
+        info!("metrics at http://{addr}/metrics");
+    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -102,7 +125,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut deployment = shape::apply(&settings, iface)?;
     ingress::start(&settings, &mut deployment)?;
 
-    let served = runtime.block_on(serve(&mut deployment, stop));
+    let served = runtime.block_on(serve(&mut deployment, stop, &monitor));
+    monitor.stopping();
     // The parts go in reverse: the ingress first (its redirect, then its IFB), then the rest.
     let restored = deployment.teardown();
     served.and(restored)
@@ -125,7 +149,11 @@ impl StopSignals {
 
 /// Runs each direction's control loop, and keeps what shaper installed in place, until SIGINT
 /// or SIGTERM, or until the interface (or the IFB) goes away.
-async fn serve(deployment: &mut Deployment, stop: StopSignals) -> anyhow::Result<()> {
+async fn serve(
+    deployment: &mut Deployment,
+    stop: StopSignals,
+    monitor: &Monitor,
+) -> anyhow::Result<()> {
     let StopSignals {
         term: mut sigterm,
         int: mut sigint,
@@ -139,18 +167,22 @@ async fn serve(deployment: &mut Deployment, stop: StopSignals) -> anyhow::Result
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sock = Socket::open()?;
     let mut failed_checks = 0;
+    publish(monitor, deployment, true);
     loop {
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
-            _ = tick.tick() => {
-                control_tick(deployment, &mut egress_control);
+            due = tick.tick() => {
+                monitor.tick_started(due.elapsed());
+                control_tick(deployment, &mut egress_control, Direction::Egress, monitor);
                 if let (Some(i), Some(c)) = (deployment.nested_mut(), ingress_control.as_mut()) {
-                    control_tick(i, c);
+                    control_tick(i, c, Direction::Ingress, monitor);
                 }
             }
             _ = check.tick() => {
-                match deployment.keep(&mut sock) {
+                let kept = deployment.keep(&mut sock);
+                publish(monitor, deployment, kept.is_ok());
+                match kept {
                     Ok(()) => failed_checks = 0,
                     Err(e) if e.is::<health::Lost>() => return Err(e),
                     Err(e) => {
@@ -167,9 +199,28 @@ async fn serve(deployment: &mut Deployment, stop: StopSignals) -> anyhow::Result
 }
 
 /// One control loop step. A failed tick keeps the previous levels in force; the next retries.
-fn control_tick(deployment: &mut Deployment, controller: &mut Controller) {
-    match controller.tick(deployment.datapath_mut()) {
+fn control_tick(
+    deployment: &mut Deployment,
+    controller: &mut Controller,
+    direction: Direction,
+    monitor: &Monitor,
+) {
+    let started = Instant::now();
+    let result = controller.tick(deployment.datapath_mut());
+    monitor.ticked(direction, result.as_ref().ok(), started.elapsed());
+    match result {
         Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
         Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
     }
+}
+
+/// Tells the monitor what is shaped (each direction's state file: its maps and settings) and
+/// whether the last health check passed.
+fn publish(monitor: &Monitor, deployment: &mut Deployment, passed: bool) {
+    let interface = deployment.iface().name.clone();
+    let mut states = vec![(Direction::Egress, deployment.state().clone())];
+    if let Some(ingress) = deployment.nested_mut() {
+        states.push((Direction::Ingress, ingress.state().clone()));
+    }
+    monitor.checked(&interface, states, passed);
 }

@@ -11,7 +11,7 @@ use shaper_common::{
     aqm::{AqmParams, flags},
     edt::{ns_per_byte_fp, tx_time_ns},
     isolation::Isolation,
-    stats::DropReason,
+    stats::{DELAY_BUCKETS, DropReason, delay_bucket_upper_ns},
 };
 use shaper_tests::{
     DROP, Harness, PASS, config,
@@ -462,6 +462,17 @@ fn scheduled_delay_is_histogrammed_per_frame() {
     // Every frame but the first waits at least one frame's time (1.2 ms), beyond the 1 ms
     // target.
     assert_eq!(h.view().stats.over_target, BURST as u64 - 1);
+    // The delays' sum (the metrics' histogram `_sum`) lies within what the buckets bound.
+    let sum = h.view().stats.delay_sum_ns;
+    let lower: u64 = (1..DELAY_BUCKETS)
+        .map(|b| hist[b] * delay_bucket_upper_ns(b - 1))
+        .sum();
+    let upper = hist
+        .iter()
+        .enumerate()
+        .map(|(b, &n)| n.saturating_mul(delay_bucket_upper_ns(b)))
+        .fold(0, u64::saturating_add);
+    assert!((lower..upper).contains(&sum), "{lower} <= {sum} < {upper}");
 }
 
 #[test]

@@ -1,0 +1,245 @@
+//! What `shaper run` publishes for its metrics endpoint, and the scrape built from it.
+//!
+//! The run loop writes here after each tick and each health check, holding the lock only to
+//! copy a few numbers in; the server thread copies them out and reads the data path's maps by
+//! their ids (as `shaper stats` does) without the lock, so a scrape never holds a tick back.
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use super::{Direction, histogram::Histogram};
+use crate::{
+    bpf::{self, BpfError},
+    control::TickSummary,
+    record::State,
+    stats::{self, HostRow, Report},
+};
+
+/// Bucket bounds (s) of the control loop's tick durations and lateness: from well under its
+/// usual cost to beyond its 100 ms interval, where ticks start to be missed.
+const TICK_BUCKETS_S: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// A control loop that has not ticked for this long is stuck: `/healthz` fails. Fifty
+/// intervals, so that a busy machine's scheduling delays do not read as a dead loop.
+pub const STALLED_AFTER: Duration = Duration::from_secs(5);
+
+/// One direction's control loop, as the run loop reports it.
+#[derive(Debug, Clone)]
+pub struct ControlSample {
+    pub ticks: u64,
+    pub failed_ticks: u64,
+    pub active_hosts: u64,
+    pub bottlenecked_hosts: u64,
+    pub active_flows: f64,
+    /// Tick durations (s).
+    pub duration: Histogram,
+}
+
+impl Default for ControlSample {
+    fn default() -> Self {
+        Self {
+            ticks: 0,
+            failed_ticks: 0,
+            active_hosts: 0,
+            bottlenecked_hosts: 0,
+            active_flows: 0.0,
+            duration: Histogram::new(TICK_BUCKETS_S),
+        }
+    }
+}
+
+/// A shaped direction as published: where its maps are, and its control loop.
+#[derive(Debug, Clone)]
+struct Published {
+    interface: String,
+    direction: Direction,
+    state: State,
+    control: ControlSample,
+}
+
+#[derive(Debug)]
+struct Shared {
+    directions: Vec<Published>,
+    /// Every configured direction is shaped and the last health check passed.
+    ready: bool,
+    /// How late ticks started (s).
+    lateness: Histogram,
+    last_tick: Option<Instant>,
+}
+
+/// The handle the run loop writes through and the server reads through.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Self {
+            shared: Arc::new(Mutex::new(Shared {
+                directions: Vec::new(),
+                ready: false,
+                lateness: Histogram::new(TICK_BUCKETS_S),
+                last_tick: None,
+            })),
+        }
+    }
+}
+
+/// Everything one `/metrics` answer shows, read at one moment.
+#[derive(Debug)]
+pub struct Scrape {
+    pub directions: Vec<DirectionSample>,
+    pub lateness: Histogram,
+    pub ready: bool,
+}
+
+#[derive(Debug)]
+pub struct DirectionSample {
+    /// The configured interface (an ingress direction's too, though it is shaped on an IFB).
+    pub interface: String,
+    pub direction: Direction,
+    pub started_unix_s: u64,
+    /// What `shaper stats --json` reports for this direction.
+    pub report: Report,
+    pub control: ControlSample,
+    /// The busiest hosts by bytes (`--metrics-top-hosts`; empty when 0).
+    pub top_hosts: Vec<HostRow>,
+}
+
+impl Monitor {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panic elsewhere while holding the lock leaves plain numbers behind: still readable.
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The directions shaped with their state files' content (maps, settings), and whether the
+    /// health check that just ran passed. Directions keep their control loop's numbers.
+    pub fn checked(&self, interface: &str, states: Vec<(Direction, State)>, passed: bool) {
+        let mut shared = self.lock();
+        let directions: Vec<Published> = states
+            .into_iter()
+            .map(|(direction, state)| Published {
+                interface: interface.to_string(),
+                direction,
+                state,
+                control: shared
+                    .directions
+                    .iter()
+                    .find(|p| p.direction == direction)
+                    .map(|p| p.control.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        shared.ready = passed && !directions.is_empty();
+        shared.directions = directions;
+    }
+
+    /// Shaping ends: not ready any more (the interface is being restored).
+    pub fn stopping(&self) {
+        self.lock().ready = false;
+    }
+
+    /// A tick of the control loop started `lateness` after it was due.
+    pub fn tick_started(&self, lateness: Duration) {
+        let mut shared = self.lock();
+        shared.lateness.observe(lateness.as_secs_f64());
+        shared.last_tick = Some(Instant::now());
+    }
+
+    /// `direction`'s control loop ticked in `took`; `summary` is `None` when the tick failed.
+    pub fn ticked(&self, direction: Direction, summary: Option<&TickSummary>, took: Duration) {
+        let mut shared = self.lock();
+        let Some(p) = shared
+            .directions
+            .iter_mut()
+            .find(|p| p.direction == direction)
+        else {
+            return;
+        };
+        let c = &mut p.control;
+        c.ticks += 1;
+        c.duration.observe(took.as_secs_f64());
+        match summary {
+            Some(s) => {
+                c.active_hosts = s.active_hosts as u64;
+                c.bottlenecked_hosts = s.bottlenecked_hosts as u64;
+                c.active_flows = s.active_flows;
+            }
+            None => c.failed_ticks += 1,
+        }
+    }
+
+    pub fn ready(&self) -> bool {
+        self.lock().ready
+    }
+
+    /// `Ok` while the process does its job: every shaped direction's maps are readable and the
+    /// control loop ticks. Before shaping has started there is nothing to read yet: alive.
+    pub fn health(&self) -> Result<(), String> {
+        let (states, last_tick) = {
+            let shared = self.lock();
+            let states: Vec<State> = shared.directions.iter().map(|p| p.state.clone()).collect();
+            (states, shared.last_tick)
+        };
+        for state in &states {
+            bpf::view_by_ids(&state.maps)
+                .map_err(|e| format!("the maps of {} are unreadable: {e}", state.iface))?;
+        }
+        match last_tick {
+            Some(t) if t.elapsed() > STALLED_AFTER => Err(format!(
+                "the control loop has not ticked for {:.1} s",
+                t.elapsed().as_secs_f64()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The numbers of every shaped direction now, with its `top_hosts` busiest hosts.
+    pub fn scrape(&self, top_hosts: usize) -> Result<Scrape, BpfError> {
+        let (published, lateness, ready) = {
+            let shared = self.lock();
+            (
+                shared.directions.clone(),
+                shared.lateness.clone(),
+                shared.ready,
+            )
+        };
+        let directions = published
+            .into_iter()
+            .map(|p| sample(p, top_hosts))
+            .collect::<Result<_, _>>()?;
+        Ok(Scrape {
+            directions,
+            lateness,
+            ready,
+        })
+    }
+}
+
+/// A direction's report read from its maps, as `shaper stats` reads it.
+fn sample(p: Published, top_hosts: usize) -> Result<DirectionSample, BpfError> {
+    let maps = &p.state.maps;
+    let view = bpf::view_by_ids(maps)?;
+    let mut report = Report::new(&p.state, &view);
+    report.set_tick(&bpf::levels_by_id(maps.levels)?);
+    let top_hosts = if top_hosts == 0 {
+        Vec::new()
+    } else {
+        let rates = bpf::host_rates_by_id(maps.host_rates)?;
+        let now = bpf::monotonic_now_ns();
+        stats::host_rows(bpf::hosts_by_id(maps.hosts)?, &rates, now, top_hosts)
+    };
+    Ok(DirectionSample {
+        interface: p.interface,
+        direction: p.direction,
+        started_unix_s: p.state.started_unix_s,
+        report,
+        control: p.control,
+        top_hosts,
+    })
+}
