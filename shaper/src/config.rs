@@ -1,7 +1,10 @@
 //! Settings for one shaped interface: from the command line, a TOML file, or both (the command
 //! line wins). Everything is validated here, before anything on the system is touched.
 
-use std::{net::SocketAddr, path::Path};
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::Path,
+};
 
 use serde::Deserialize;
 use shaper_common::{
@@ -333,9 +336,7 @@ impl Settings {
             None => 0,
         };
         let metrics = match cli.metrics.or(file_config.metrics) {
-            Some(text) => {
-                Some(crate::metrics::parse_listen_addr(&text).ok_or(ConfigError::Metrics(text))?)
-            }
+            Some(text) => Some(parse_listen_addr(&text).ok_or(ConfigError::Metrics(text))?),
             None => None,
         };
         let metrics_top_hosts = in_range(
@@ -526,6 +527,16 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.display().to_string(),
         message: e.to_string(),
     })
+}
+
+/// The address `--metrics` listens on: `HOST:PORT` (`[v6]:PORT` for IPv6), or a bare port on
+/// the loopback address, so that exposing the endpoint beyond the machine is always explicit.
+pub fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
+    let text = text.trim();
+    match text.parse::<u16>() {
+        Ok(port) => Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+        Err(_) => text.parse().ok(),
+    }
 }
 
 #[cfg(test)]
@@ -820,5 +831,31 @@ mod tests {
             (s.fq.flow_limit_packets, s.fq.limit_packets),
             (1_000, 10_000)
         );
+    }
+
+    #[test]
+    fn a_bare_port_listens_on_loopback_only() {
+        assert_eq!(
+            parse_listen_addr("9101"),
+            Some("127.0.0.1:9101".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen_addr("0.0.0.0:9101"),
+            Some("0.0.0.0:9101".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen_addr("[::1]:9101"),
+            Some("[::1]:9101".parse().unwrap())
+        );
+        for bad in [
+            "",
+            "localhost:9101",
+            "127.0.0.1",
+            "65536",
+            "::1:9101",
+            "127.0.0.1:x",
+        ] {
+            assert_eq!(parse_listen_addr(bad), None, "{bad:?}");
+        }
     }
 }

@@ -13,8 +13,6 @@ pub mod http;
 pub mod status;
 pub mod text;
 
-use std::net::{Ipv4Addr, SocketAddr};
-
 /// Which way a shaped direction's traffic goes on the configured interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -28,47 +26,6 @@ impl Direction {
         match self {
             Direction::Egress => "egress",
             Direction::Ingress => "ingress",
-        }
-    }
-}
-
-/// The address `--metrics` listens on: `HOST:PORT` (`[v6]:PORT` for IPv6), or a bare port on
-/// the loopback address, so that exposing the endpoint beyond the machine is always explicit.
-pub fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
-    let text = text.trim();
-    match text.parse::<u16>() {
-        Ok(port) => Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
-        Err(_) => text.parse().ok(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bare_port_listens_on_loopback_only() {
-        assert_eq!(
-            parse_listen_addr("9101"),
-            Some("127.0.0.1:9101".parse().unwrap())
-        );
-        assert_eq!(
-            parse_listen_addr("0.0.0.0:9101"),
-            Some("0.0.0.0:9101".parse().unwrap())
-        );
-        assert_eq!(
-            parse_listen_addr("[::1]:9101"),
-            Some("[::1]:9101".parse().unwrap())
-        );
-        for bad in [
-            "",
-            "localhost:9101",
-            "127.0.0.1",
-            "65536",
-            "::1:9101",
-            "127.0.0.1:x",
-        ] {
-            assert_eq!(parse_listen_addr(bad), None, "{bad:?}");
         }
     }
 }
