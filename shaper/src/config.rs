@@ -52,7 +52,7 @@ pub mod defaults {
 }
 
 /// The `[shaper]`-less flat TOML file: the same names as the long command-line options.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
     pub iface: Option<String>,
@@ -86,7 +86,7 @@ impl FileConfig {
 }
 
 /// `[state]`: how hosts are defined and how much state the data path may keep.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct StateFile {
     pub host_prefix_v4: Option<u32>,
@@ -97,7 +97,7 @@ pub struct StateFile {
 }
 
 /// `[fq]`: the departure-time queue.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FqFile {
     pub limit: Option<u32>,
@@ -518,7 +518,8 @@ fn fq_params(
     })
 }
 
-fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+/// Reads and parses a config file (its values are validated by [`Settings::resolve_with`]).
+pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,

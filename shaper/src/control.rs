@@ -187,6 +187,15 @@ impl Controller {
         }
     }
 
+    /// Shares `rate_bps` by these modes from the next tick on. What it follows of each host
+    /// (windows, boosts) stays: a host keyed anew by another isolation mode falls silent and is
+    /// forgotten as any other.
+    pub fn set_policy(&mut self, rate_bps: u64, isolation: Isolation, diffserv: Diffserv) {
+        self.rate_bps = rate_bps;
+        self.isolation = isolation;
+        self.diffserv = diffserv;
+    }
+
     pub fn tick(&mut self, dp: &mut Datapath) -> Result<TickSummary, BpfError> {
         let now = monotonic_now_ns();
         let dt_s = now.saturating_sub(self.last_ns) as f64 / 1e9;

@@ -45,6 +45,13 @@ pub trait Part {
         Ok(())
     }
 
+    /// Changes what of the part depends on the settings to `settings`, in place: nothing is
+    /// re-installed or detached (`live::change` decided that the difference allows it). A part
+    /// whose record changes writes it first (`Context::record`).
+    fn change(&mut self, _cx: &mut Context, _settings: &Settings) -> anyhow::Result<()> {
+        Ok(())
+    }
+
     /// The deployment on a device this part created (the ingress direction's IFB), which has
     /// its own control loop.
     fn deployment_mut(&mut self) -> Option<&mut Deployment> {
@@ -245,6 +252,23 @@ impl Deployment {
     /// The deployment on a device one of the parts created (the ingress direction's IFB).
     pub fn nested_mut(&mut self) -> Option<&mut Deployment> {
         self.parts.iter_mut().find_map(|p| p.deployment_mut())
+    }
+
+    /// Applies `settings` in place, part by part in order (the GSO limits before the data
+    /// path's configuration, which is computed from them), then writes them to the state file.
+    /// A part that fails stops the change there and the error is returned: the parts before it
+    /// run with the new settings, the others with the old.
+    pub fn change(&mut self, settings: &Settings) -> anyhow::Result<()> {
+        let mut sock = Socket::open()?;
+        for at in 0..self.applied {
+            self.with_part(&mut sock, at, |part, cx| part.change(cx, settings))?;
+        }
+        self.settings = settings.clone();
+        self.header.rate_bps = settings.rate_bps;
+        self.header.horizon_ns = settings.horizon_ns;
+        self.header.isolation = settings.isolation.name().to_string();
+        self.header.diffserv = settings.diffserv.name().to_string();
+        self.save()
     }
 
     pub fn teardown(mut self) -> anyhow::Result<()> {

@@ -166,6 +166,23 @@ impl Part for Ingress {
         Ok(())
     }
 
+    /// The ingress rate's GRO limits, then the IFB's own deployment (`shape::change`).
+    fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
+        // `live::change` refuses adding or removing the direction.
+        let Some(ingress) = settings.for_ingress(&self.settings.iface) else {
+            return Ok(());
+        };
+        self.gro
+            .replan(cx.sock, cx.iface, ingress.rate_bps, ingress.split_gso);
+        cx.record(self)?;
+        self.gro.apply(cx.sock, cx.iface);
+        if let Some(deployment) = self.deployment.as_mut() {
+            shape::change(deployment, &ingress)?;
+        }
+        self.settings = ingress;
+        Ok(())
+    }
+
     fn deployment_mut(&mut self) -> Option<&mut Deployment> {
         self.deployment.as_mut()
     }

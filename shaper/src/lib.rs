@@ -15,6 +15,7 @@ pub mod health;
 pub mod ingress;
 pub mod kernel_btf;
 pub mod link;
+pub mod live;
 pub mod mapmem;
 pub mod metrics;
 pub mod netlink;

@@ -17,6 +17,13 @@ enum Command {
     Run(Box<cmd::run::RunArgs>),
     /// Show the counters of the shaper running on an interface.
     Stats(cmd::stats::StatsArgs),
+    /// Change settings of the shaper running on an interface in place (its qdisc and programs
+    /// stay, fq keeps its packets); prints what changed. A setting that cannot change in place
+    /// is refused, and nothing changes.
+    Set(cmd::set::SetArgs),
+    /// Make the shaper running on an interface read its --config file again and apply what
+    /// differs in place (as SIGHUP does); prints what changed.
+    Reload(cmd::reload::ReloadArgs),
     /// Remove everything shaper installed on an interface (e.g. after `kill -9`), putting back
     /// what was there before it when that is on record.
     Reset(cmd::reset::ResetArgs),
@@ -42,6 +49,8 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Run(args) => done(cmd::run::run(*args)),
         Command::Stats(args) => done(cmd::stats::run(args)),
+        Command::Set(args) => done(cmd::set::run(args)),
+        Command::Reload(args) => done(cmd::reload::run(args)),
         Command::Reset(args) => done(cmd::reset::run(args)),
         Command::Doctor(args) => cmd::doctor::run(args),
     };

@@ -302,6 +302,37 @@ pub fn install(
     Ok(())
 }
 
+/// Changes the parameters of shaper's fq in place, as `tc qdisc change` does: a request
+/// without NLM_F_CREATE for the qdisc that is there (the root fq, or each leaf under the mq)
+/// reaches fq's own `change`, so the same qdiscs keep their packets, flows and counters.
+pub fn change_fq(
+    sock: &mut Socket,
+    ifindex: u32,
+    iface: &str,
+    num_tx_queues: u32,
+    params: &FqParams,
+) -> Result<(), QdiscError> {
+    let fq = fq_attrs(params);
+    let mut change = |handle, parent| {
+        let mut body = tcmsg(ifindex, handle, parent);
+        body.extend_from_slice(&fq.0);
+        sock.request(RTM_NEWQDISC, 0, &body)
+            .map(drop)
+            .map_err(|source| QdiscError::Netlink {
+                action: "changing fq".into(),
+                iface: iface.to_string(),
+                source,
+            })
+    };
+    if num_tx_queues <= 1 {
+        return change(SHAPER_HANDLE, TC_H_ROOT);
+    }
+    for queue in 1..=num_tx_queues {
+        change(0, SHAPER_HANDLE | queue)?;
+    }
+    Ok(())
+}
+
 /// Whether the interface's root already is shaper's (so `install` would change nothing).
 pub fn is_installed(snapshot: &Snapshot) -> bool {
     snapshot.root.as_ref().is_some_and(|r| r.is_shaper())

@@ -2,7 +2,7 @@
 //! `shaper stats` find the running instance's maps and lets a restarted shaper undo what a
 //! crashed one left behind.
 //!
-//! Files live in `/run/shaper/<netns>-<ifindex>.{lock,json}` (`SHAPER_RUN_DIR` overrides the
+//! Files live in `/run/shaper/<netns>-<ifindex>.{lock,json,sock}` (`SHAPER_RUN_DIR` overrides the
 //! directory). `/run` rather than bpffs: `ip netns exec` remounts /sys, so pins under
 //! /sys/fs/bpf are not shared between two commands run in the same namespace, while /run is.
 //! Maps are found by their kernel ids, which any process with CAP_SYS_ADMIN can open.
@@ -68,6 +68,11 @@ fn base_path(iface: &Interface) -> PathBuf {
 
 pub fn state_path(iface: &Interface) -> PathBuf {
     base_path(iface).with_extension("json")
+}
+
+/// Where a running shaper listens for `shaper set` and `shaper reload` (`live::server`).
+pub fn control_socket_path(iface: &Interface) -> PathBuf {
+    base_path(iface).with_extension("sock")
 }
 
 /// Held for the life of `shaper run`; released by the kernel even if the process dies.

@@ -20,6 +20,7 @@
 use tracing::{info, warn};
 
 use crate::{
+    config::Settings,
     deploy::{Context, Part, repaired},
     filter::{Filter, Matcher},
     health::{self, Fault},
@@ -54,8 +55,9 @@ const DRAIN: std::time::Duration = std::time::Duration::from_millis(20);
 /// sends it packets).
 pub struct Segmenter {
     state: SegmenterState,
-    /// Packets of more segments than this are split.
-    split_segs: u32,
+    /// Packets of more segments than this are split (`None`: none, at a rate that needs no
+    /// splitting since a live change; the IFB stays until exit).
+    split_segs: Option<u32>,
     /// The IFB, once created (what restore removes).
     ifb: Option<Interface>,
     /// Given up after it could not be started again: no longer recorded or kept.
@@ -68,7 +70,7 @@ impl Segmenter {
     pub fn new(iface: &Interface, split_segs: u32) -> Self {
         Self {
             state: SegmenterState::planned(iface),
-            split_segs,
+            split_segs: Some(split_segs),
             ifb: None,
             given_up: false,
         }
@@ -127,6 +129,25 @@ impl Segmenter {
     }
 }
 
+impl Segmenter {
+    /// Points the data path at the IFB for packets of more than `split_segs` segments.
+    fn turn_on(&mut self, cx: &mut Context, ifb: &Interface) -> anyhow::Result<()> {
+        cx.datapath
+            .set_segmenter(self.split_segs.map(|segs| (segs, ifb.ifindex)))?;
+        match self.split_segs {
+            Some(segs) => info!(
+                "{}: GSO packets of more than {segs} segments are split on {} before shaping",
+                cx.iface.name, ifb.name
+            ),
+            None => info!(
+                "{}: no GSO packet needs splitting at this rate",
+                cx.iface.name
+            ),
+        }
+        Ok(())
+    }
+}
+
 impl Part for Segmenter {
     fn record(&self, state: &mut State) {
         state.segmenter = (!self.given_up).then(|| self.state.clone());
@@ -161,13 +182,20 @@ impl Part for Segmenter {
             },
         )?;
         self.add_filter(cx, &ifb)?;
-        cx.datapath
-            .set_segmenter(Some((self.split_segs, ifb.ifindex)))?;
-        info!(
-            "{}: GSO packets of more than {} segments are split on {} before shaping",
-            cx.iface.name, self.split_segs, ifb.name
-        );
-        Ok(())
+        self.turn_on(cx, &ifb)
+    }
+
+    /// Applies a new rate's split (`link::GsoLimits::split_segs`) to the data path.
+    fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
+        let split_segs = GsoLimits::split_segs(settings.rate_bps);
+        if split_segs == self.split_segs {
+            return Ok(());
+        }
+        self.split_segs = split_segs;
+        match self.ifb.clone() {
+            Some(ifb) => self.turn_on(cx, &ifb),
+            None => Ok(()),
+        }
     }
 
     /// Sends no more packets to the segmenter, lets it hand back what it holds, removes it.

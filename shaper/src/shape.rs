@@ -133,6 +133,23 @@ pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment
     ];
     let mut deployment = Deployment::apply(iface, settings, datapath, lock, header, stale, parts)?;
     info!("shaping {} ({mode:?} attach)", settings.describe());
+    add_segmenter(&mut deployment, settings);
+    Ok(deployment)
+}
+
+/// Applies `settings` to a running deployment in place (`Deployment::change`); a segmenter
+/// that the new rate needs and the old one did not is started, as at start.
+pub fn change(deployment: &mut Deployment, settings: &Settings) -> anyhow::Result<()> {
+    deployment.change(settings)?;
+    if deployment.state().segmenter.is_none() {
+        add_segmenter(deployment, settings);
+    }
+    info!("now shaping {}", settings.describe());
+    Ok(())
+}
+
+/// Adds the segmenter where the settings and the rate ask for one.
+fn add_segmenter(deployment: &mut Deployment, settings: &Settings) {
     if settings.segmenter
         && let Some(split_segs) = GsoLimits::split_segs(settings.rate_bps)
     {
@@ -146,7 +163,6 @@ pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment
             );
         }
     }
-    Ok(deployment)
 }
 
 /// A device's GSO or GRO limits, lowered to the plan and put back on restore.
@@ -182,6 +198,16 @@ impl<L: DeviceLimits> Limits<L> {
     pub fn restore(&self, sock: &mut Socket, iface: &Interface) {
         restore_limits(sock, iface, self.original);
     }
+
+    /// Plans the limits for a new rate from the device's own (what restore puts back), for
+    /// [`Limits::apply`] after the caller records [`Limits::original`].
+    pub fn replan(&mut self, sock: &mut Socket, iface: &Interface, rate_bps: u64, split: bool) {
+        let plan = plan_limits::<L>(sock, iface, rate_bps, split, self.original);
+        if let Some(plan) = &plan {
+            self.original = self.original.or(plan.to_restore());
+        }
+        self.plan = plan;
+    }
 }
 
 impl Part for Limits<GsoLimits> {
@@ -198,6 +224,13 @@ impl Part for Limits<GsoLimits> {
         if !cx.gone {
             Limits::restore(self, cx.sock, cx.iface);
         }
+        Ok(())
+    }
+
+    fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
+        self.replan(cx.sock, cx.iface, settings.rate_bps, settings.split_gso);
+        cx.record(self)?;
+        Limits::apply(self, cx.sock, cx.iface);
         Ok(())
     }
 }
@@ -234,6 +267,22 @@ impl Part for RootQdisc {
     fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
         if !cx.gone {
             qdisc::restore(cx.sock, cx.iface.ifindex, &cx.iface.name, &self.original)?;
+        }
+        Ok(())
+    }
+
+    /// fq's limits, where they follow the rate: changed on the qdiscs that are there.
+    fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
+        if settings.fq != self.fq {
+            let queues = cx.iface.num_tx_queues(cx.sock)?;
+            qdisc::change_fq(
+                cx.sock,
+                cx.iface.ifindex,
+                &cx.iface.name,
+                queues,
+                &settings.fq,
+            )?;
+            self.fq = settings.fq;
         }
         Ok(())
     }
@@ -276,6 +325,25 @@ impl Programs {
         self.frame_bytes = frame_bytes;
         Ok(())
     }
+
+    /// Attaches the ACK filter's observer of the data direction when the settings filter ACKs
+    /// and it is not attached yet. Once attached it stays until exit: with the filter off it
+    /// only records what arrives.
+    fn observe_ingress(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if self.settings.ack_filter == AckFilter::Off
+            || cx.datapath.attached_id(Hook::Ingress)?.is_some()
+        {
+            return Ok(());
+        }
+        let name = &cx.iface.name;
+        cx.datapath
+            .attach_ingress(name, self.mode)
+            .map_err(|source| ShapeError::Attach {
+                iface: name.clone(),
+                source: Box::new(source),
+            })?;
+        Ok(())
+    }
 }
 
 impl Part for Programs {
@@ -289,17 +357,13 @@ impl Part for Programs {
             cx.ensure_clsact(self, |p| &mut p.clsact_added)?;
         }
         let name = &cx.iface.name;
-        let attached = cx.datapath.attach_egress(name, self.mode).and_then(|()| {
-            if self.settings.ack_filter == AckFilter::Off {
-                Ok(())
-            } else {
-                cx.datapath.attach_ingress(name, self.mode)
-            }
-        });
-        attached.map_err(|source| ShapeError::Attach {
-            iface: name.clone(),
-            source: Box::new(source),
-        })?;
+        cx.datapath
+            .attach_egress(name, self.mode)
+            .map_err(|source| ShapeError::Attach {
+                iface: name.clone(),
+                source: Box::new(source),
+            })?;
+        self.observe_ingress(cx)?;
         // Shaping works without it; only a stall's clump then goes uncharged.
         if let Err(e) = cx.datapath.watch_dequeue(cx.iface.ifindex) {
             warn!(
@@ -320,6 +384,14 @@ impl Part for Programs {
             }
         }
         Ok(detached?)
+    }
+
+    /// The data path's configuration, recomputed with the device's GSO limits as they now are
+    /// (the limits part changed them first).
+    fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
+        self.settings = settings.clone();
+        self.reconfigure(cx, self.frame_bytes)?;
+        self.observe_ingress(cx)
     }
 
     fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {

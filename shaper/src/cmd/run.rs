@@ -11,9 +11,15 @@ use crate::{
     deploy::Deployment,
     health, ingress,
     link::Interface,
+    live::{
+        self,
+        protocol::{Request, Response},
+        server::ControlSocket,
+        source::Source,
+    },
     metrics::{self, Direction, status::Monitor},
     netlink::Socket,
-    probe, shape,
+    probe, runtime, shape,
 };
 
 #[derive(Debug, clap::Args)]
@@ -95,7 +101,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: args.metrics,
         metrics_top_hosts: args.metrics_top_hosts,
     };
-    let settings = Settings::resolve(cli, args.config.as_deref())?;
+    let (source, settings) = Source::start(cli, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
     let iface = Interface::lookup(&settings.iface)?;
@@ -117,47 +123,72 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     // Listening before the start, so that a stop asked for while starting ends in a restore,
-    // not in the default action (death half-way).
-    let stop = {
+    // not in the default action (death half-way); a reload asked for meanwhile waits.
+    let signals = {
         let _runtime = runtime.enter();
-        StopSignals::listen()?
+        Signals::listen()?
     };
     let mut deployment = shape::apply(&settings, iface)?;
     ingress::start(&settings, &mut deployment)?;
 
-    let served = runtime.block_on(serve(&mut deployment, stop, &monitor));
+    let path = runtime::control_socket_path(deployment.iface());
+    let served = {
+        let _runtime = runtime.enter();
+        ControlSocket::bind(&path)
+    }
+    .map_err(|e| anyhow::anyhow!("control socket {}: {e}", path.display()))
+    .and_then(|control| {
+        let live = Live { source, control };
+        runtime.block_on(serve(&mut deployment, signals, live, &monitor))
+    });
     monitor.stopping();
     // The parts go in reverse: the ingress first (its redirect, then its IFB), then the rest.
     let restored = deployment.teardown();
     served.and(restored)
 }
 
-/// SIGINT and SIGTERM, each kept from its arrival until `serve` sees it.
-struct StopSignals {
+/// SIGINT and SIGTERM (stop), SIGHUP (reload), each kept from its arrival until `serve` sees
+/// it.
+struct Signals {
     term: Signal,
     int: Signal,
+    hup: Signal,
 }
 
-impl StopSignals {
+impl Signals {
     fn listen() -> std::io::Result<Self> {
         Ok(Self {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
         })
     }
 }
 
-/// Runs each direction's control loop, and keeps what shaper installed in place, until SIGINT
-/// or SIGTERM, or until the interface (or the IFB) goes away.
+/// What live changes need: where the settings come from, and the socket requests arrive on.
+struct Live {
+    source: Source,
+    control: ControlSocket,
+}
+
+/// Runs each direction's control loop, keeps what shaper installed in place and applies live
+/// changes (`shaper set`, `shaper reload`, SIGHUP) between ticks, until SIGINT or SIGTERM, or
+/// until the interface (or the IFB) goes away.
 async fn serve(
     deployment: &mut Deployment,
-    stop: StopSignals,
+    signals: Signals,
+    live: Live,
     monitor: &Monitor,
 ) -> anyhow::Result<()> {
-    let StopSignals {
+    let Signals {
         term: mut sigterm,
         int: mut sigint,
-    } = stop;
+        hup: mut sighup,
+    } = signals;
+    let Live {
+        mut source,
+        mut control,
+    } = live;
     let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
     let mut egress_control = controller(deployment.settings());
     let mut ingress_control = deployment.nested_mut().map(|i| controller(i.settings()));
@@ -172,6 +203,29 @@ async fn serve(
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
+            _ = sighup.recv() => {
+                let mut loops = Loops { egress: &mut egress_control, ingress: ingress_control.as_mut(), tick: &mut tick };
+                match change(deployment, &mut source, &Request::Reload {}, &mut loops) {
+                    Ok(changes) => info!("SIGHUP: reloaded: {}", describe(&changes)),
+                    Err(e) => warn!("SIGHUP: reload refused: {e:#}"),
+                }
+                publish(monitor, deployment, true);
+            }
+            Some(pending) = control.next() => {
+                let mut loops = Loops { egress: &mut egress_control, ingress: ingress_control.as_mut(), tick: &mut tick };
+                let response = match change(deployment, &mut source, &pending.request, &mut loops) {
+                    Ok(changes) => {
+                        info!("{}: {}", what(&pending.request), describe(&changes));
+                        Response::Changed { changes }
+                    }
+                    Err(e) => {
+                        warn!("{} refused: {e:#}", what(&pending.request));
+                        Response::Error { message: format!("{e:#}") }
+                    }
+                };
+                pending.answer(response);
+                publish(monitor, deployment, true);
+            }
             due = tick.tick() => {
                 monitor.tick_started(due.elapsed());
                 control_tick(deployment, &mut egress_control, Direction::Egress, monitor);
@@ -195,6 +249,55 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+/// The control loops a change re-targets, and their clock.
+struct Loops<'a> {
+    egress: &'a mut Controller,
+    ingress: Option<&'a mut Controller>,
+    tick: &'a mut tokio::time::Interval,
+}
+
+/// Applies what `request` asks for in place. The new settings are resolved (validated as at
+/// start) and compared with the running ones first, so that a bad value, or a difference that
+/// needs a restart, changes nothing. The control loops take the new policy and tick at once,
+/// so that the hosts' levels follow a new rate within a tick. Returns what changed.
+fn change(
+    deployment: &mut Deployment,
+    source: &mut Source,
+    request: &Request,
+    loops: &mut Loops,
+) -> anyhow::Result<Vec<String>> {
+    let (next, settings) = source.next(request)?;
+    let differences = live::change::differences(deployment.settings(), &settings)?;
+    if !differences.is_empty() {
+        shape::change(deployment, &settings)
+            .map_err(|e| e.context("applying the change failed part-way; run `shaper set` or `shaper reload` again, or restart"))?;
+        loops
+            .egress
+            .set_policy(settings.rate_bps, settings.isolation, settings.diffserv);
+        if let (Some(c), Some(i)) = (loops.ingress.as_deref_mut(), settings.ingress.as_deref()) {
+            c.set_policy(i.rate_bps, i.isolation, i.diffserv);
+        }
+        loops.tick.reset_immediately();
+    }
+    *source = next;
+    Ok(differences.iter().map(ToString::to_string).collect())
+}
+
+fn what(request: &Request) -> &'static str {
+    match request {
+        Request::Set { .. } => "set",
+        Request::Reload {} => "reload",
+    }
+}
+
+fn describe(changes: &[String]) -> String {
+    if changes.is_empty() {
+        "nothing differed".into()
+    } else {
+        changes.join(", ")
     }
 }
 

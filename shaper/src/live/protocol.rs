@@ -1,0 +1,189 @@
+//! What `shaper set` and `shaper reload` say to a running `shaper run`, and what it answers:
+//! one JSON object per line each way, one request per connection, over the interface's control
+//! socket (`runtime::control_socket_path`).
+//!
+//! A request names settings by their command-line and config-file names; the running shaper
+//! validates them with the start-up code (`config`), so a value `shaper run` would refuse is
+//! refused here, and nothing changes.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    os::unix::net::UnixStream,
+    path::Path,
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+/// Longest a request line may be: a few settings, not a file.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// How long either side waits for the other's line. Applying a change takes milliseconds
+/// (map writes and a few netlink requests); this only bounds a peer that never answers.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings to change in place, each `None` when unchanged. Values are text as on the command
+/// line (`"40mbit"`, `"30ms"`), validated by the running shaper.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SetOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_rate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diffserv: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wash: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_filter: Option<String>,
+}
+
+impl SetOptions {
+    /// Nothing asked for.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// Change these settings, the others as they are.
+    Set { options: Box<SetOptions> },
+    /// Read `shaper run --config FILE` again and apply what differs.
+    Reload {},
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Response {
+    /// Applied: each setting that changed, "name: old -> new" (none: nothing differed).
+    Changed { changes: Vec<String> },
+    /// Refused or failed; `message` says why (and, for a setting that cannot change in place,
+    /// to restart).
+    Error { message: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("malformed message: {0}")]
+    Malformed(serde_json::Error),
+    #[error("message longer than {MAX_LINE_BYTES} bytes")]
+    TooLong,
+    #[error("the connection closed before a whole message")]
+    Closed,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One message as a line: compact JSON (which never holds a raw newline) and `\n`.
+pub fn encode<T: Serialize>(message: &T) -> String {
+    let mut line = serde_json::to_string(message).expect("protocol messages serialise");
+    line.push('\n');
+    line
+}
+
+/// One message from a line (its `\n` optional).
+pub fn decode<T: DeserializeOwned>(line: &str) -> Result<T, ProtocolError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(ProtocolError::TooLong);
+    }
+    serde_json::from_str(line.trim_end_matches('\n')).map_err(ProtocolError::Malformed)
+}
+
+/// Sends `request` to the shaper listening at `path` and waits for its answer.
+pub fn ask(path: &Path, request: &Request) -> Result<Response, ProtocolError> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    stream.set_write_timeout(Some(TIMEOUT))?;
+    stream.write_all(encode(request).as_bytes())?;
+    let mut line = String::new();
+    let read = BufReader::new(stream)
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_line(&mut line)?;
+    if read == 0 || !line.ends_with('\n') {
+        return Err(if line.len() > MAX_LINE_BYTES {
+            ProtocolError::TooLong
+        } else {
+            ProtocolError::Closed
+        });
+    }
+    decode(&line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_request_names_only_what_changes() {
+        let request = Request::Set {
+            options: Box::new(SetOptions {
+                rate: Some("40mbit".into()),
+                wash: Some(false),
+                ..Default::default()
+            }),
+        };
+        let line = encode(&request);
+        assert_eq!(
+            line,
+            "{\"command\":\"set\",\"options\":{\"rate\":\"40mbit\",\"wash\":false}}\n"
+        );
+        assert_eq!(decode::<Request>(&line).unwrap(), request);
+    }
+
+    #[test]
+    fn reload_and_both_answers_round_trip() {
+        assert_eq!(encode(&Request::Reload {}), "{\"command\":\"reload\"}\n");
+        for response in [
+            Response::Changed {
+                changes: vec!["rate: 20 Mbit/s -> 40 Mbit/s".into()],
+            },
+            Response::Changed { changes: vec![] },
+            Response::Error {
+                message: "a line\nand another".into(),
+            },
+        ] {
+            let line = encode(&response);
+            assert_eq!(line.matches('\n').count(), 1, "one line: {line:?}");
+            assert_eq!(decode::<Response>(&line).unwrap(), response);
+        }
+    }
+
+    #[test]
+    fn unknown_commands_and_settings_are_refused() {
+        for bad in [
+            "{\"command\":\"restart\"}",
+            "{\"command\":\"set\",\"options\":{\"rat\":\"1gbit\"}}",
+            "{\"command\":\"set\",\"options\":{\"overhead\":\"x\"}}",
+            "{\"command\":\"reload\",\"file\":\"/etc/passwd\"}",
+            "not json",
+            "",
+        ] {
+            assert!(
+                matches!(decode::<Request>(bad), Err(ProtocolError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        let long = format!("{{\"command\":\"reload\"{}}}", " ".repeat(MAX_LINE_BYTES));
+        assert!(matches!(
+            decode::<Request>(&long),
+            Err(ProtocolError::TooLong)
+        ));
+    }
+}

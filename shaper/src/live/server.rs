@@ -1,0 +1,126 @@
+//! The control socket of a running shaper: a Unix socket next to its state file, root's alone
+//! (0600 in the 0700 run directory), one request and one answer per connection.
+//!
+//! Connections are read on tasks of their own, each bounded by `protocol::TIMEOUT`; a whole
+//! request is handed to the run loop ([`ControlSocket::next`]), which applies it between two
+//! ticks and answers. So a client that connects and sends nothing, or never reads its answer,
+//! holds only its own task, never a tick.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::{UnixListener, UnixStream},
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+    time::timeout,
+};
+use tracing::warn;
+
+use crate::live::protocol::{self, MAX_LINE_BYTES, Request, Response, TIMEOUT};
+
+/// Requests waiting for the run loop; more wait on their connections.
+const QUEUE: usize = 4;
+
+/// A request read whole, and where its answer goes.
+pub struct Pending {
+    pub request: Request,
+    reply: oneshot::Sender<Response>,
+}
+
+impl Pending {
+    /// Sends the answer (a client that went away meanwhile does not get it).
+    pub fn answer(self, response: Response) {
+        let _ = self.reply.send(response);
+    }
+}
+
+/// The listening socket; removed when dropped.
+pub struct ControlSocket {
+    path: PathBuf,
+    requests: mpsc::Receiver<Pending>,
+    accept: JoinHandle<()>,
+}
+
+impl ControlSocket {
+    /// Listens at `path` (within a tokio runtime). A file already there is a crashed
+    /// predecessor's: the caller holds the interface's lock.
+    pub fn bind(path: &Path) -> std::io::Result<Self> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let (tx, requests) = mpsc::channel(QUEUE);
+        let accept = tokio::spawn(accept(listener, tx));
+        Ok(Self {
+            path: path.to_path_buf(),
+            requests,
+            accept,
+        })
+    }
+
+    /// The next whole request. Cancel-safe: a request is never lost to a `select!` branch that
+    /// lost the race.
+    pub async fn next(&mut self) -> Option<Pending> {
+        self.requests.recv().await
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        self.accept.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+async fn accept(listener: UnixListener, requests: mpsc::Sender<Pending>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(converse(stream, requests.clone()));
+            }
+            Err(e) => {
+                warn!("control socket: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Reads one request, waits for the run loop's answer, writes it.
+async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read).take(MAX_LINE_BYTES as u64 + 1);
+    let response = match timeout(TIMEOUT, reader.read_line(&mut line)).await {
+        Ok(Ok(_)) if line.ends_with('\n') => match protocol::decode(&line) {
+            Ok(request) => {
+                let (reply, answer) = oneshot::channel();
+                if requests.send(Pending { request, reply }).await.is_err() {
+                    return;
+                }
+                match answer.await {
+                    Ok(response) => response,
+                    Err(_) => return,
+                }
+            }
+            Err(e) => Response::Error {
+                message: e.to_string(),
+            },
+        },
+        Ok(Ok(_)) if line.len() > MAX_LINE_BYTES => Response::Error {
+            message: protocol::ProtocolError::TooLong.to_string(),
+        },
+        _ => return,
+    };
+    let _ = timeout(
+        TIMEOUT,
+        write.write_all(protocol::encode(&response).as_bytes()),
+    )
+    .await;
+}
