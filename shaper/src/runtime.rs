@@ -152,8 +152,10 @@ pub fn write_state(iface: &Interface, state: &State) -> Result<(), RuntimeError>
     std::fs::rename(&tmp, &path).map_err(|e| io("writing", e))
 }
 
+/// Removes the state file, and the control socket a killed shaper left.
 pub fn remove_state(iface: &Interface) {
     let _ = std::fs::remove_file(state_path(iface));
+    let _ = std::fs::remove_file(control_socket_path(iface));
 }
 
 /// Whether a process with this pid exists.

@@ -30,10 +30,12 @@ measure_pair() {
 	shaper_start --iface s0 --rate "${1}mbit" --no-split-gso
 	verifier_budget
 	# The run directory and the state it holds are root's alone.
-	perms=$(stat -c '%a' /run/shaper /run/shaper/*.json /run/shaper/*.lock | sort -u | tr '\n' ' ')
+	perms=$(stat -c '%a' /run/shaper /run/shaper/*.json /run/shaper/*.lock /run/shaper/*.sock | sort -u | tr '\n' ' ')
 	[ "$perms" = "600 700 " ] || fail "run directory and state not private: $(ls -la /run/shaper)"
-	# Nothing listens unless asked: no socket of shaper's in a listening state, of any family.
-	listening=$(ip netns exec "$SRC" ss -H -lnp -A inet,unix 2>/dev/null | grep "pid=$SHAPER_PID," || true)
+	# Nothing listens unless asked: no socket of shaper's in a listening state, of any family,
+	# but its control socket in the private run directory (`shaper set`).
+	listening=$(ip netns exec "$SRC" ss -H -lnp -A inet,unix 2>/dev/null | grep "pid=$SHAPER_PID," |
+		grep -v ' /run/shaper/[0-9]*-[0-9]*\.sock ' || true)
 	[ -z "$listening" ] || fail "shaper listens: $listening"
 	state=$(qdisc_state s0)
 	echo "$state" | grep -Eq "qdisc (fq|mq) 5348: root" || fail "shaper did not install its root qdisc: $state"

@@ -168,6 +168,24 @@ tx_bytes() {
 	run "$1" cat "/sys/class/net/$2/statistics/tx_bytes"
 }
 
+# now_us: microseconds of wall-clock time (bash's $EPOCHREALTIME), for windows too short for
+# now_ms's 10 ms.
+now_us() {
+	bash -c 'echo "${EPOCHREALTIME/[.,]/}"'
+}
+
+# tx_at NS DEV: "MICROSECONDS BYTES": the time and DEV's sent bytes, read together.
+tx_at() {
+	run "$1" bash -c 'read -r b <"/sys/class/net/$1/statistics/tx_bytes"; echo "${EPOCHREALTIME/[.,]/} $b"' - "$2"
+}
+
+# sleep_until MICROSECONDS: sleeps until that time (now_us's clock); returns at once if past.
+sleep_until() {
+	sleep_us=$(($1 - $(now_us)))
+	[ "$sleep_us" -gt 0 ] && sleep "$(awk -v u="$sleep_us" 'BEGIN { printf "%.6f", u / 1e6 }')"
+	true
+}
+
 # byte_counters NS DEV: DEV's counters now, "TX_BYTES TX_PACKETS TX_DROPPED STAMPED_BYTES
 # STAMPED_PACKETS UNSHAPED_PACKETS FQ_BYTES FQ_PACKETS FQ_DROPPED": what the device sent (and
 # dropped at transmit), what shaper stamped, what it passed unshaped, what its fq sent (and

@@ -1,9 +1,11 @@
 //! The client side of `shaper set` and `shaper reload`: one request to the interface's running
 //! shaper, its answer printed.
 
+use std::io::ErrorKind;
+
 use crate::{
     link::Interface,
-    live::protocol::{self, Request, Response},
+    live::protocol::{self, ProtocolError, Request, Response},
     probe,
     runtime::{self, RuntimeError},
 };
@@ -13,11 +15,16 @@ pub fn ask(iface: &str, request: &Request) -> anyhow::Result<()> {
     probe::require_privileges()?;
     let interface = Interface::lookup(iface)?;
     let path = runtime::control_socket_path(&interface);
-    if !path.exists() {
-        return Err(RuntimeError::NotRunning(iface.to_string()).into());
-    }
-    let response = protocol::ask(&path, request)
-        .map_err(|e| anyhow::anyhow!("asking the shaper on {iface} ({}): {e}", path.display()))?;
+    let response = match protocol::ask(&path, request) {
+        Ok(response) => response,
+        // No socket, or one a killed shaper left.
+        Err(ProtocolError::Io(e))
+            if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) =>
+        {
+            return Err(RuntimeError::NotRunning(iface.to_string()).into());
+        }
+        Err(e) => anyhow::bail!("asking the shaper on {iface} ({}): {e}", path.display()),
+    };
     match response {
         Response::Changed { changes } if changes.is_empty() => {
             println!("{iface}: nothing changed (the settings asked for are the running ones)");

@@ -190,10 +190,13 @@ async fn serve(
         mut control,
     } = live;
     let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
-    let mut egress_control = controller(deployment.settings());
-    let mut ingress_control = deployment.nested_mut().map(|i| controller(i.settings()));
     let mut tick = tokio::time::interval(control::INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut loops = Loops {
+        egress: controller(deployment.settings()),
+        ingress: deployment.nested_mut().map(|i| controller(i.settings())),
+        tick,
+    };
     let mut check = tokio::time::interval(health::INTERVAL);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sock = Socket::open()?;
@@ -204,32 +207,18 @@ async fn serve(
             _ = sigterm.recv() => return Ok(()),
             _ = sigint.recv() => return Ok(()),
             _ = sighup.recv() => {
-                let mut loops = Loops { egress: &mut egress_control, ingress: ingress_control.as_mut(), tick: &mut tick };
-                match change(deployment, &mut source, &Request::Reload {}, &mut loops) {
-                    Ok(changes) => info!("SIGHUP: reloaded: {}", describe(&changes)),
-                    Err(e) => warn!("SIGHUP: reload refused: {e:#}"),
-                }
-                publish(monitor, deployment, true);
+                let request = Request::Reload {};
+                // Logged; a signal has no one to answer.
+                let _ = answer(deployment, &mut source, &request, &mut loops, monitor);
             }
             Some(pending) = control.next() => {
-                let mut loops = Loops { egress: &mut egress_control, ingress: ingress_control.as_mut(), tick: &mut tick };
-                let response = match change(deployment, &mut source, &pending.request, &mut loops) {
-                    Ok(changes) => {
-                        info!("{}: {}", what(&pending.request), describe(&changes));
-                        Response::Changed { changes }
-                    }
-                    Err(e) => {
-                        warn!("{} refused: {e:#}", what(&pending.request));
-                        Response::Error { message: format!("{e:#}") }
-                    }
-                };
+                let response = answer(deployment, &mut source, &pending.request, &mut loops, monitor);
                 pending.answer(response);
-                publish(monitor, deployment, true);
             }
-            due = tick.tick() => {
+            due = loops.tick.tick() => {
                 monitor.tick_started(due.elapsed());
-                control_tick(deployment, &mut egress_control, Direction::Egress, monitor);
-                if let (Some(i), Some(c)) = (deployment.nested_mut(), ingress_control.as_mut()) {
+                control_tick(deployment, &mut loops.egress, Direction::Egress, monitor);
+                if let (Some(i), Some(c)) = (deployment.nested_mut(), loops.ingress.as_mut()) {
                     control_tick(i, c, Direction::Ingress, monitor);
                 }
             }
@@ -252,11 +241,45 @@ async fn serve(
     }
 }
 
-/// The control loops a change re-targets, and their clock.
-struct Loops<'a> {
-    egress: &'a mut Controller,
-    ingress: Option<&'a mut Controller>,
-    tick: &'a mut tokio::time::Interval,
+/// Each direction's control loop, and their clock.
+struct Loops {
+    egress: Controller,
+    ingress: Option<Controller>,
+    tick: tokio::time::Interval,
+}
+
+/// Applies `request` (`change`), logs the outcome and tells the monitor; the answer for the
+/// client.
+fn answer(
+    deployment: &mut Deployment,
+    source: &mut Source,
+    request: &Request,
+    loops: &mut Loops,
+    monitor: &Monitor,
+) -> Response {
+    let what = match request {
+        Request::Set { .. } => "set",
+        Request::Reload {} => "reload",
+    };
+    let response = match change(deployment, source, request, loops) {
+        Ok(changes) => {
+            let changed = if changes.is_empty() {
+                "nothing differed".into()
+            } else {
+                changes.join(", ")
+            };
+            info!("{what}: {changed}");
+            Response::Changed { changes }
+        }
+        Err(e) => {
+            warn!("{what} refused: {e:#}");
+            Response::Error {
+                message: format!("{e:#}"),
+            }
+        }
+    };
+    publish(monitor, deployment, true);
+    response
 }
 
 /// Applies what `request` asks for in place. The new settings are resolved (validated as at
@@ -277,28 +300,13 @@ fn change(
         loops
             .egress
             .set_policy(settings.rate_bps, settings.isolation, settings.diffserv);
-        if let (Some(c), Some(i)) = (loops.ingress.as_deref_mut(), settings.ingress.as_deref()) {
+        if let (Some(c), Some(i)) = (loops.ingress.as_mut(), settings.ingress.as_deref()) {
             c.set_policy(i.rate_bps, i.isolation, i.diffserv);
         }
         loops.tick.reset_immediately();
     }
     *source = next;
     Ok(differences.iter().map(ToString::to_string).collect())
-}
-
-fn what(request: &Request) -> &'static str {
-    match request {
-        Request::Set { .. } => "set",
-        Request::Reload {} => "reload",
-    }
-}
-
-fn describe(changes: &[String]) -> String {
-    if changes.is_empty() {
-        "nothing differed".into()
-    } else {
-        changes.join(", ")
-    }
 }
 
 /// One control loop step. A failed tick keeps the previous levels in force; the next retries.

@@ -124,3 +124,62 @@ async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
     )
     .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::protocol::SetOptions;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_request_reaches_the_loop_and_its_answer_the_client_while_a_silent_client_waits() {
+        let dir = std::env::temp_dir().join(format!("shaper-control-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("test.sock");
+        // A file left where the socket goes is replaced.
+        std::fs::write(&path, "stale").unwrap();
+        let rt = runtime();
+        let mut control = {
+            let _rt = rt.enter();
+            ControlSocket::bind(&path).unwrap()
+        };
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Connected, says nothing: holds only its own task.
+        let _silent = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let client_path = path.clone();
+        let client = std::thread::spawn(move || {
+            let request = Request::Set {
+                options: Box::new(SetOptions {
+                    rate: Some("40mbit".into()),
+                    ..Default::default()
+                }),
+            };
+            protocol::ask(&client_path, &request).unwrap()
+        });
+        rt.block_on(async {
+            let pending = timeout(TIMEOUT, control.next()).await.unwrap().unwrap();
+            assert!(matches!(&pending.request, Request::Set { options } if options.rate.as_deref() == Some("40mbit")));
+            pending.answer(Response::Changed {
+                changes: vec!["rate: 20Mbit -> 40Mbit".into()],
+            });
+            // Lets the connection's task write the answer.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        });
+        assert_eq!(
+            client.join().unwrap(),
+            Response::Changed {
+                changes: vec!["rate: 20Mbit -> 40Mbit".into()]
+            }
+        );
+        drop(control);
+        assert!(!path.exists(), "the socket is removed with the server");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,177 @@
+#!/bin/sh
+# End to end: live changes on a loaded link (docs/design.md, "Live changes"). While iperf3
+# loads s0 and ping crosses it every 10 ms, `shaper set` switches the rate between two values
+# CHANGES times and SIGHUP reloads an edited config file RELOADS times. Throughout: no ping is
+# lost or reordered, the root qdisc is the same one (its handle, and fq's counters that only
+# grow; fq's limits follow the rate through `tc qdisc change`), nothing passes unshaped, and
+# from 200 ms after each change the device sends at the new rate within 2 %. A bad value and a
+# setting that needs a restart are refused and change nothing.
+#
+# Usage: e2e-live.sh [CHANGES [RELOADS]]   (default: 20 4)
+# Prints one "RESULT ..." line per change for the record.
+here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
+
+CHANGES=${1:-20}
+RELOADS=${2:-4}
+LOW=20
+HIGH=40
+TOLERANCE=2
+# The window over which the new rate is measured starts this long after the change.
+SETTLE_MS=200
+WINDOW_MS=1000
+# What one change takes at most (the command, the settle time, the window, the checks), to
+# keep ping and iperf3 running past the last one.
+PERIOD_S=2
+CONFIG=/tmp/live.toml
+RUN_DIR=${SHAPER_RUN_DIR:-/run/shaper}
+
+# write_config RATE_MBIT [EXTRA]: the config file shaper runs with.
+write_config() {
+	printf 'iface = "s0"\nrate = "%smbit"\n%s\n' "$1" "${2:-}" >"$CONFIG"
+}
+
+# fq_root: "HANDLE FLOW_LIMIT SENT_BYTES" of s0's root qdisc.
+fq_root() {
+	run "$SRC" tc -s qdisc show dev s0 | awk '/^qdisc (fq|mq) [0-9a-f]+: root/ {
+		h = $3; f = "-"; for (i = 1; i <= NF; i++) if ($i == "flow_limit") f = $(i + 1)
+		getline; print h, f, $2; exit }'
+}
+
+# stats_rate: the rate (bits/s) `shaper stats` reports.
+stats_rate() {
+	run "$SRC" shaper stats --iface s0 --json | json_num rate_bps
+}
+
+ROOT_HANDLE=
+FQ_SENT=0
+# same_qdisc WHAT: the root qdisc is still shaper's first one: the same handle, fq's sent bytes
+# no fewer than at the last check (a new qdisc would count from zero).
+same_qdisc() {
+	set -- $(fq_root)
+	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the root qdisc is now [$(fq_root)], was handle $ROOT_HANDLE"
+	[ "$3" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $3 bytes: a new qdisc"
+	FQ_SENT=$3 FQ_FLOW_LIMIT=$2
+}
+
+FAILURES=
+WORST=0
+# rate_after T0_US RATE_MBIT WHAT: s0's wire rate over WINDOW_MS from SETTLE_MS after T0_US, the
+# time just before the change was asked for; a miss is collected in FAILURES.
+rate_after() {
+	t0=$1 want=$2 what=$3
+	sleep_until $((t0 + SETTLE_MS * 1000))
+	set -- $(tx_at "$SRC" s0)
+	a_us=$1 a_bytes=$2
+	sleep_until $((a_us + WINDOW_MS * 1000))
+	set -- $(tx_at "$SRC" s0)
+	# bytes * 8 / microseconds = Mbit/s.
+	mbit=$(awk -v b=$(($2 - a_bytes)) -v t=$(($1 - a_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
+	err=$(awk -v m="$mbit" -v w="$want" 'BEGIN { d = (m - w) / w * 100; printf "%.2f", d }')
+	WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
+	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms"
+	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS"
+	within "$mbit" "$want" "$TOLERANCE" || FAILURES="$FAILURES; $what: $mbit Mbit/s"
+}
+
+pair_up
+# One frame per packet, so that the device's byte counter is the wire rate (a GSO packet's
+# headers count once there, once per segment on the wire).
+run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
+write_config "$LOW"
+shaper_start --config "$CONFIG"
+[ "$(stat -c '%a' "$RUN_DIR"/*.sock)" = 600 ] || fail "the control socket is not root's alone: $(ls -la "$RUN_DIR")"
+set -- $(fq_root)
+ROOT_HANDLE=$1
+counted=$(byte_counters "$SRC" s0)
+
+total_s=$((4 + (CHANGES + RELOADS + 3) * PERIOD_S))
+run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 5)) -P 4 --format m >/tmp/live.iperf 2>&1 &
+iperf_pid=$!
+sleep 1
+run "$SRC" ping -i 0.01 -c $((total_s * 100)) 10.9.0.2 >/tmp/live.ping 2>&1 &
+ping_pid=$!
+sleep 1
+WHAT_NOW=start
+same_qdisc
+
+rate=$LOW
+i=0
+while [ $i -lt "$CHANGES" ]; do
+	i=$((i + 1))
+	[ "$rate" = "$LOW" ] && rate=$HIGH || rate=$LOW
+	WHAT_NOW="set $i to $rate Mbit/s"
+	same_qdisc
+	t0=$(now_us)
+	out=$(run "$SRC" shaper set --iface s0 --rate "${rate}mbit" 2>&1) || fail "$WHAT_NOW: $out"
+	ANSWER_MS=$((($(now_us) - t0) / 1000))
+	echo "$out" | grep -q "rate: .* -> ${rate}Mbit" || fail "$WHAT_NOW: shaper set printed [$out]"
+	same_qdisc
+	# fq's limits that follow the rate were changed on the same qdisc.
+	limit=$(echo "$out" | sed -n 's/.*: fq flow-limit: [0-9]* packets -> \([0-9]*\) packets/\1/p')
+	[ -z "$limit" ] || [ "$FQ_FLOW_LIMIT" = "${limit}p" ] ||
+		fail "$WHAT_NOW: fq's flow_limit is $FQ_FLOW_LIMIT, shaper set said $limit"
+	rate_after "$t0" "$rate" "$WHAT_NOW"
+	[ "$(stats_rate)" = "$((rate * 1000000))" ] || fail "$WHAT_NOW: shaper stats says $(stats_rate) bit/s"
+done
+
+# A bad value and a setting that needs a restart: refused, nothing changed.
+WHAT_NOW="bad value"
+before=$(stats_rate)
+run "$SRC" shaper set --iface s0 --rate fast >/tmp/live.out 2>&1 && fail "shaper set --rate fast was accepted"
+grep -q 'invalid rate "fast"' /tmp/live.out || fail "bad value: unexpected answer: $(cat /tmp/live.out)"
+[ "$(stats_rate)" = "$before" ] || fail "bad value: the rate changed"
+same_qdisc
+WHAT_NOW="restart-only setting"
+write_config "$HIGH" '[state]
+max-flows = 4096'
+run "$SRC" shaper reload --iface s0 >/tmp/live.out 2>&1 && fail "a reload changing max-flows was accepted"
+grep -q "max-flows.*Restart" /tmp/live.out || fail "restart-only: unexpected answer: $(cat /tmp/live.out)"
+[ "$(stats_rate)" = "$before" ] || fail "restart-only: the rate changed"
+same_qdisc
+log "refused: $(cat /tmp/live.out)"
+
+i=0
+while [ $i -lt "$RELOADS" ]; do
+	i=$((i + 1))
+	[ "$rate" = "$LOW" ] && rate=$HIGH wash=true || rate=$LOW wash=false
+	WHAT_NOW="SIGHUP $i to $rate Mbit/s"
+	write_config "$rate" "wash = $wash"
+	same_qdisc
+	t0=$(now_us)
+	kill -HUP "$SHAPER_PID"
+	ANSWER_MS=-
+	rate_after "$t0" "$rate" "$WHAT_NOW"
+	same_qdisc
+	[ "$(stats_rate)" = "$((rate * 1000000))" ] || fail "$WHAT_NOW: shaper stats says $(stats_rate) bit/s"
+done
+[ "$(grep -c 'reload: rate: ' /tmp/shaper.log)" -eq "$RELOADS" ] ||
+	fail "not every SIGHUP reloaded: $(grep 'reload' /tmp/shaper.log)"
+# `shaper reload` with nothing edited: nothing changes, and it says so.
+WHAT_NOW="reload, unchanged"
+out=$(run "$SRC" shaper reload --iface s0 2>&1) || fail "$WHAT_NOW: $out"
+echo "$out" | grep -q "nothing changed" || fail "$WHAT_NOW: printed [$out]"
+
+kill -0 "$ping_pid" 2>/dev/null || fail "ping ended before the changes did (raise PERIOD_S)"
+wait "$ping_pid"
+kill "$iperf_pid" 2>/dev/null
+wait "$iperf_pid" 2>/dev/null
+WHAT_NOW=end
+same_qdisc
+check_accounting "$SRC" s0 "$counted" "live changes"
+
+# Every ping answered, in order, once.
+summary=$(grep 'packets transmitted' /tmp/live.ping)
+sent=$(echo "$summary" | awk '{ print $1 }')
+received=$(echo "$summary" | awk '{ print $4 }')
+log "ping: $summary"
+[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
+grep -q 'DUP!' /tmp/live.ping && fail "duplicate pings"
+sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping |
+	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
+	fail "pings reordered"
+rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/live.ping | cut -d' ' -f4)
+echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST ping_min_avg_max_mdev_ms=$rtt"
+
+shaper_stop
+[ -z "$FAILURES" ] || fail "the rate missed $TOLERANCE % after a change$FAILURES"
+log "PASS: $CHANGES sets and $RELOADS reloads, worst rate error $WORST %"
