@@ -30,11 +30,15 @@ write_config() {
 	printf 'iface = "s0"\nrate = "%smbit"\n%s\n' "$1" "${2:-}" >"$CONFIG"
 }
 
-# fq_root: "HANDLE FLOW_LIMIT SENT_BYTES" of s0's root qdisc.
+# fq_root: "HANDLES FLOW_LIMIT SENT_BYTES" of s0: the handles of its qdiscs (the root, and the
+# fq leaves under an mq root; sorted, joined by commas), the first fq's flow_limit and the
+# root's sent bytes (under mq, the sum of its leaves').
 fq_root() {
-	run "$SRC" tc -s qdisc show dev s0 | awk '/^qdisc (fq|mq) [0-9a-f]+: root/ {
-		h = $3; f = "-"; for (i = 1; i <= NF; i++) if ($i == "flow_limit") f = $(i + 1)
-		getline; print h, f, $2; exit }'
+	handles=$(run "$SRC" tc qdisc show dev s0 | awk '{ print $2 "-" $3 }' | sort | tr '\n' ',')
+	run "$SRC" tc -s qdisc show dev s0 | awk -v h="$handles" '
+		/^qdisc fq / && f == "" { for (i = 1; i <= NF; i++) if ($i == "flow_limit") f = $(i + 1) }
+		/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; sent = $2 }
+		END { print h, (f == "" ? "-" : f), sent }'
 }
 
 # stats_rate: the rate (bits/s) `shaper stats` reports.
@@ -44,13 +48,22 @@ stats_rate() {
 
 ROOT_HANDLE=
 FQ_SENT=0
-# same_qdisc WHAT: the root qdisc is still shaper's first one: the same handle, fq's sent bytes
+# same_qdisc: the qdiscs are still shaper's first ones: the same handles, the root's sent bytes
 # no fewer than at the last check (a new qdisc would count from zero).
 same_qdisc() {
 	set -- $(fq_root)
-	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the root qdisc is now [$(fq_root)], was handle $ROOT_HANDLE"
+	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the qdiscs are now [$(fq_root)], were $ROOT_HANDLE"
 	[ "$3" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $3 bytes: a new qdisc"
 	FQ_SENT=$3 FQ_FLOW_LIMIT=$2
+}
+
+# shaper_counts: "DROPPED OVERRUN": the packets shaper dropped (every reason), and those the
+# device sent ahead of the rate after a stall of the machine (`shaper stats`).
+shaper_counts() {
+	json=$(run "$SRC" shaper stats --iface s0 --json | tr -d ' \n')
+	dropped=$(echo "$json" | sed -n 's/.*"dropped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' |
+		awk -F: '{ s += $2 } END { print s + 0 }')
+	echo "$dropped $(echo "$json" | json_num overrun_packets)"
 }
 
 FAILURES=
@@ -68,8 +81,10 @@ rate_after() {
 	mbit=$(awk -v b=$(($2 - a_bytes)) -v t=$(($1 - a_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
 	err=$(awk -v m="$mbit" -v w="$want" 'BEGIN { d = (m - w) / w * 100; printf "%.2f", d }')
 	WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
-	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms"
-	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS"
+	set -- $COUNTS $(shaper_counts)
+	drops=$(($3 - $1)) overrun=$(($4 - $2))
+	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms; $drops dropped, $overrun sent late after a stall"
+	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS dropped=$drops stall_overrun=$overrun"
 	within "$mbit" "$want" "$TOLERANCE" || FAILURES="$FAILURES; $what: $mbit Mbit/s"
 }
 
@@ -101,6 +116,7 @@ while [ $i -lt "$CHANGES" ]; do
 	[ "$rate" = "$LOW" ] && rate=$HIGH || rate=$LOW
 	WHAT_NOW="set $i to $rate Mbit/s"
 	same_qdisc
+	COUNTS=$(shaper_counts)
 	t0=$(now_us)
 	out=$(run "$SRC" shaper set --iface s0 --rate "${rate}mbit" 2>&1) || fail "$WHAT_NOW: $out"
 	ANSWER_MS=$((($(now_us) - t0) / 1000))
@@ -137,6 +153,7 @@ while [ $i -lt "$RELOADS" ]; do
 	WHAT_NOW="SIGHUP $i to $rate Mbit/s"
 	write_config "$rate" "wash = $wash"
 	same_qdisc
+	COUNTS=$(shaper_counts)
 	t0=$(now_us)
 	kill -HUP "$SHAPER_PID"
 	ANSWER_MS=-
