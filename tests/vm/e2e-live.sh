@@ -198,7 +198,7 @@ sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping |
 	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
 	fail "pings reordered"
 rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/live.ping | cut -d' ' -f4)
-stalled=$(echo "$STALLED" | awk -F';' '{ print NF - 1 }')
+stalled=$(printf '%s' "$STALLED" | tr -cd ';' | wc -c)
 echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST short_by_stalls=$stalled ping_min_avg_max_mdev_ms=$rtt"
 
 shaper_stop
