@@ -19,6 +19,9 @@ TOLERANCE=2
 # The window over which the new rate is measured starts this long after the change.
 SETTLE_MS=200
 WINDOW_MS=1000
+# What one change takes at most in the emulated guest (the command, the settle time, the
+# window, the checks: 2.3 s measured), to keep iperf3 and ping running past the last one.
+PERIOD_S=3
 CONFIG=/tmp/live.toml
 RUN_DIR=${SHAPER_RUN_DIR:-/run/shaper}
 
@@ -109,11 +112,11 @@ set -- $(fq_root)
 ROOT_HANDLE=$1
 counted=$(byte_counters "$SRC" s0)
 
-# Both run until the changes are done (an hour at most).
-run "$SRC" iperf3 -c 10.9.0.2 -t 3600 -P 4 --format m >/tmp/live.iperf 2>&1 &
+total_s=$((4 + (CHANGES + RELOADS + 3) * PERIOD_S))
+run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 5)) -P 4 --format m >/tmp/live.iperf 2>&1 &
 iperf_pid=$!
 sleep 1
-run "$SRC" ping -i 0.01 -w 3600 10.9.0.2 >/tmp/live.ping 2>&1 &
+run "$SRC" ping -i 0.01 -c $((total_s * 100)) 10.9.0.2 >/tmp/live.ping 2>&1 &
 ping_pid=$!
 sleep 1
 WHAT_NOW=start
@@ -176,10 +179,8 @@ WHAT_NOW="reload, unchanged"
 out=$(run "$SRC" shaper reload --iface s0 2>&1) || fail "$WHAT_NOW: $out"
 echo "$out" | grep -q "nothing changed" || fail "$WHAT_NOW: printed [$out]"
 
-kill -0 "$iperf_pid" 2>/dev/null || fail "iperf3 ended before the changes did: $(cat /tmp/live.iperf)"
-kill -0 "$ping_pid" 2>/dev/null || fail "ping ended before the changes did: $(tail -3 /tmp/live.ping)"
-# ping's summary counts the request still on its way when it is stopped as lost.
-kill -INT "$ping_pid"
+kill -0 "$iperf_pid" 2>/dev/null || fail "iperf3 ended before the changes did (raise PERIOD_S)"
+kill -0 "$ping_pid" 2>/dev/null || fail "ping ended before the changes did (raise PERIOD_S)"
 wait "$ping_pid"
 kill "$iperf_pid" 2>/dev/null
 wait "$iperf_pid" 2>/dev/null
@@ -187,20 +188,19 @@ WHAT_NOW=end
 same_qdisc
 check_accounting "$SRC" s0 "$counted" "live changes"
 
-# Every ping answered, in order, once: the replies are 1, 2, ... with no gap or repeat, and
-# at most the last request (on its way when ping was stopped) went unanswered.
+# Every ping answered, in order, once.
 summary=$(grep 'packets transmitted' /tmp/live.ping)
 sent=$(echo "$summary" | awk '{ print $1 }')
 received=$(echo "$summary" | awk '{ print $4 }')
 log "ping: $summary"
-[ -n "$sent" ] && [ "$received" -ge $((sent - 1)) ] || fail "pings lost: $summary"
+[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
 grep -q 'DUP!' /tmp/live.ping && fail "duplicate pings"
 sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping |
-	awk '$1 != NR { print "reply " NR " was icmp_seq " $1; bad = 1; exit } END { exit bad }' ||
-	fail "pings lost or reordered: $(sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping | awk '$1 != NR { print NR ": " $1; exit }')"
+	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
+	fail "pings reordered"
 rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/live.ping | cut -d' ' -f4)
 stalled=$(printf '%s' "$STALLED" | tr -cd ';' | wc -c)
-echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$received lost=0 reordered=0 worst_error_pct=$WORST short_by_stalls=$stalled ping_min_avg_max_mdev_ms=$rtt"
+echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST short_by_stalls=$stalled ping_min_avg_max_mdev_ms=$rtt"
 
 shaper_stop
 [ -z "$STALLED" ] || log "short of the rate while the machine stalled$STALLED"
