@@ -45,11 +45,9 @@ fn git_commit() -> String {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    let Some(hash) = git(&["rev-parse", "--short=7", "HEAD"]) else {
-        return "unknown".to_string();
-    };
     // HEAD's reflog moves with every commit, checkout and reset, wherever the branch's ref is
     // kept (loose or packed). A watched path that does not exist would rerun this every build.
+    // The sources are watched without git too, so that a later build in a checkout names it.
     let mut watched = vec!["src".to_string(), "../shaper-common/src".to_string()];
     for file in ["HEAD", "logs/HEAD", "index"] {
         watched.extend(git(&["rev-parse", "--git-path", file]));
@@ -57,6 +55,9 @@ fn git_commit() -> String {
     for path in watched.iter().filter(|p| std::path::Path::new(p).exists()) {
         println!("cargo:rerun-if-changed={path}");
     }
+    let Some(hash) = git(&["rev-parse", "--short=7", "HEAD"]) else {
+        return "unknown".to_string();
+    };
     // `--untracked-files=no`: a stray file beside the sources is not a change to the binary.
     match git(&["status", "--porcelain", "--untracked-files=no"]) {
         Some(changes) if changes.is_empty() => hash,
