@@ -1,30 +1,10 @@
 use std::{io::IsTerminal, process::ExitCode};
 
-use clap::{Parser, Subcommand};
-use shaper::cmd;
-
-/// A CAKE-class traffic shaper on eBPF: EDT stamping in BPF, pacing by fq.
-#[derive(Parser)]
-#[command(name = "shaper", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Shape an interface until interrupted (SIGINT/SIGTERM), then restore it.
-    Run(Box<cmd::run::RunArgs>),
-    /// Show the counters of the shaper running on an interface.
-    Stats(cmd::stats::StatsArgs),
-    /// Remove everything shaper installed on an interface (e.g. after `kill -9`), putting back
-    /// what was there before it when that is on record.
-    Reset(cmd::reset::ResetArgs),
-    /// Check that this host (and with --iface, an interface) has what shaper needs, and the
-    /// settings that help it; each check passes, warns or fails with a remedy. Exits 1 when a
-    /// check failed.
-    Doctor(cmd::doctor::DoctorArgs),
-}
+use clap::Parser;
+use shaper::{
+    cli::{Cli, Command},
+    cmd,
+};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
