@@ -19,7 +19,11 @@ fn main() -> ExitCode {
         .init();
     // A doctor's failed checks are its report, not an error: it picks its own exit code.
     let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
-    let result = match Cli::parse().command {
+    let command = Cli::parse().command;
+    if matches!(command, Command::Stats(_) | Command::Doctor(_)) {
+        end_quietly_on_a_closed_pipe();
+    }
+    let result = match command {
         Command::Run(args) => done(cmd::run::run(*args)),
         Command::Stats(args) => done(cmd::stats::run(args)),
         Command::Reset(args) => done(cmd::reset::run(args)),
@@ -32,4 +36,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A report read through a pipe that closes early (`shaper stats | head`) ends the process as
+/// it ends any other Unix tool, by SIGPIPE, instead of a panic in `println!`. Only for the
+/// commands that just print: `shaper run` keeps ignoring it, so that a closed log pipe never
+/// kills it before it restores the interface.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: sets a signal disposition to its default before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
