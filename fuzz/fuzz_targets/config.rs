@@ -1,4 +1,4 @@
-//! The TOML config file: `FileConfig::parse`, then `Settings::resolve_with`.
+//! The TOML config file: `Options::from_toml`, then `Settings::resolve_with`.
 //!
 //! - Any text is read or refused with an error, never a panic.
 //! - Settings that resolve are within the documented bounds, the ingress direction has the
@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shaper::config::{CliConfig, FileConfig, Settings};
+use shaper::config::{FqOptions, Options, Settings};
 use shaper_common::{
     ackfilter::AckFilter,
     aqm,
@@ -69,7 +69,7 @@ fn check_bounds(s: &Settings) {
 
 /// The settings as a config file (fq's limits as the original file gave them: unset, they
 /// follow each direction's rate).
-fn render(s: &Settings, file: &FileConfig) -> String {
+fn render(s: &Settings, fq_given: &FqOptions) -> String {
     let mut t = Table::new();
     let mut put = |key: &str, value: Value| t.insert(key.into(), value);
     put("iface", s.iface.clone().into());
@@ -95,7 +95,7 @@ fn render(s: &Settings, file: &FileConfig) -> String {
     }
     put("metrics-top-hosts", i64::from(s.metrics_top_hosts).into());
     let mut fq = Table::new();
-    for (key, value) in [("limit", file.fq.limit), ("flow-limit", file.fq.flow_limit)] {
+    for (key, value) in [("limit", fq_given.limit), ("flow-limit", fq_given.flow_limit)] {
         if let Some(v) = value {
             fq.insert(key.into(), i64::from(v).into());
         }
@@ -120,24 +120,18 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(file) = FileConfig::parse(text) else {
+    let Ok(file) = Options::from_toml(text) else {
         return;
     };
-    let fq_file = FileConfig {
-        fq: shaper::config::FqFile {
-            limit: file.fq.limit,
-            flow_limit: file.fq.flow_limit,
-        },
-        ..Default::default()
-    };
-    let own = Settings::resolve_with(CliConfig::default(), file);
-    let cli = CliConfig {
+    let fq_given = file.fq.clone().unwrap_or_default();
+    let own = Settings::resolve_with(Options::default(), file);
+    let cli = Options {
         iface: Some("cli0".into()),
         rate: Some("1gbit".into()),
         ..Default::default()
     };
     let overridden =
-        Settings::resolve_with(cli, FileConfig::parse(text).expect("parsed just before"));
+        Settings::resolve_with(cli, Options::from_toml(text).expect("parsed just before"));
     if let Ok(s) = &overridden {
         check_bounds(s);
         assert_eq!((s.iface.as_str(), s.rate_bps), ("cli0", 1_000_000_000));
@@ -147,10 +141,10 @@ fuzz_target!(|data: &[u8]| {
     };
     check_bounds(&s);
 
-    let written = render(&s, &fq_file);
-    let again = FileConfig::parse(&written)
+    let written = render(&s, &fq_given);
+    let again = Options::from_toml(&written)
         .map_err(|e| e.to_string())
-        .and_then(|f| Settings::resolve_with(CliConfig::default(), f).map_err(|e| e.to_string()));
+        .and_then(|f| Settings::resolve_with(Options::default(), f).map_err(|e| e.to_string()));
     assert_eq!(again.as_ref(), Ok(&s), "{text:?} written as {written:?}");
 
     let mut o = overridden.expect("the file resolves alone, so with the command line too");

@@ -15,7 +15,7 @@ use std::ops::RangeInclusive;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use shaper::{
-    config::{CliConfig, FileConfig, FqFile, Settings, StateFile, defaults},
+    config::{FqOptions, Options, Settings, StateOptions, defaults},
     link::GsoLimits,
 };
 use shaper_common::edt;
@@ -56,23 +56,23 @@ fn check<T: Copy + PartialOrd>(
 }
 
 fuzz_target!(|input: Input| {
-    let mut cli = CliConfig {
+    let mut cli = Options {
         iface: Some("eth0".into()),
         rate: Some(format!("{}bit", input.rate_bps)),
         ..Default::default()
     };
-    let mut file = FileConfig {
-        fq: FqFile {
+    let mut file = Options {
+        fq: Some(FqOptions {
             limit: input.fq_limit,
             flow_limit: input.fq_flow_limit,
-        },
-        state: StateFile {
+        }),
+        state: Some(StateOptions {
             host_prefix_v4: input.host_prefix_v4,
             host_prefix_v6: input.host_prefix_v6,
             max_flows: input.max_flows,
             max_hosts: input.max_hosts,
             flow_quota: input.flow_quota,
-        },
+        }),
         ..Default::default()
     };
     if input.on_command_line {

@@ -1,6 +1,6 @@
 //! The calendar's arithmetic: its bins' words, their capacity and what a packet takes from one
-//! (the ring itself, its compare-and-swap and its debts are the data path's `calendar`; docs/
-//! design.md, "The calendar").
+//! (the ring itself, its compare-and-swap and its debts are the data path's `calendar`;
+//! docs/design.md, Fairness, "The calendar, not a guard clock").
 //!
 //! A bin is one u64: the high 24 bits tag the lap of the ring it belongs to (a stale lap reads
 //! as empty), the low 40 bits the wire time taken (ns).

@@ -19,10 +19,9 @@
 //! sparse packets, one for prioritised tins); what other packets put past what the bin after
 //! their span can hold is owed in another.
 //! Packets that book behind others repay it: each books, besides its own wire time, up to as
-//! much again of the debt, wherever its flow books. Charged to the last bin a priority packet
-//! scanned instead, a debt was never repaid when the bulk flows book further ahead than that
-//! (their own queues, a few milliseconds): a host going ahead of them then ran over the rate by
-//! all it sent, until the next control tick.
+//! much again of the debt, wherever its flow books, so the debt is repaid however far ahead
+//! the bulk flows book. docs/design.md (Fairness: "The calendar, not a guard clock" and the
+//! bullets after it) has the measurements behind each of these choices.
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
@@ -43,26 +42,19 @@ static CALENDAR: Array<u64> = Array::with_max_entries(CALENDAR_BINS + 4, 0);
 const DEBT_SLOT: u32 = CALENDAR_BINS;
 /// What packets queued behind the bin after their span put over its capacity. Kept apart from
 /// the sparse packets' debt, whose size decides whether they are lent to: it is bulk traffic's
-/// own, which bulk traffic repays. Counted with that debt, it stopped the lending whenever
-/// bulk bursts overflowed their span, and pings at 10 Mbit/s among 32 flows waited 40-77 ms
-/// behind the bulk bookings for 0.4 s at a time.
+/// own, which bulk traffic repays, and bulk bursts must not stop the lending.
 const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
 /// The frontier: the first bin the packets that book behind others have not filled (an
 /// absolute bin index; one in the past reads as the current bin). Such a packet wanting an
-/// earlier bin starts its scan there: the bins before it are full. Without it a packet saw no
-/// further than its span and the bin after it, a bin fixed relative to itself; under a load
-/// the span could not hold, each bin's width brought a new, empty bin after the span, whose
-/// packets left over the next one's, and the aggregate ran at all it was offered (a thousand
-/// hosts of a hundred flows each, every packet of a flow idle since its last, offering 1.5
-/// times the rate, left at 1.5 times the rate with 6 ms of delay).
+/// earlier bin starts its scan there: the bins before it are full. The bin after a packet's
+/// span is relative to the packet; without the frontier, under a load the span cannot hold,
+/// each bin's width would bring a new, empty bin after the span, and the aggregate would run
+/// at all it is offered.
 const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// What the calendar lent a prioritised tin's packets (`TIN_FIRST`) beyond their span. Kept
-/// apart from the sparse packets' debt, as that one is kept apart from the bulk's overflow:
-/// counted with it, an EF stream at 2 Mbit/s among 32 bulk flows at 10 Mbit/s ran the debt
-/// past what the calendar lends whenever a few of its datagrams came together, and the pings
-/// beside it (refused, booked behind the bulk flows' 70 ms of bookings) came back 50-80 ms
-/// late, a few times a run. The tin's bandwidth threshold bounds this debt; nothing needs its
-/// size.
+/// apart from the sparse packets' debt, as that one is kept apart from the bulk's overflow: a
+/// burst of a prioritised tin must not stop the lending to sparse flows. The tin's bandwidth
+/// threshold bounds this debt; nothing needs its size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
 /// `book`'s flags.
@@ -75,27 +67,22 @@ pub const TIN_FIRST: u64 = 2;
 /// A `PRIORITY` packet (a sparse flow's, a prioritised tin's) leaves at `want` whatever the
 /// bins hold, but its wire time is taken like any other: from the first bin with room. Bulk
 /// flows book bins ahead of now; charging a sparse packet only to the current, already booked
-/// bin would let the aggregate run over the rate by all the sparse traffic (on a 1 Mbit/s
-/// uplink, where pure ACKs are half the load, that overflowed the modem behind it). Borrowed
+/// bin would let the aggregate run over the rate by all the sparse traffic. Borrowed
 /// from the future, the time pushes the next bulk packets instead; what the bins it may span
 /// cannot hold becomes the calendar's debt, which the next packets that book behind others
 /// repay.
 ///
 /// The calendar lends no more than those bins hold: while the debt stands at that, a priority
-/// packet books like any other. Traffic that is nearly all priority has nobody to repay it: at
-/// the start of bulk-latency-ecn, 16 new flows at a newcomer level of the whole rate were
-/// each idle between their packets at that level, so each packet was a sparse one, and the
-/// aggregate ran 20 % over the rate for 0.2 s (30 ms of queue in the modem behind). A
+/// packet books like any other: traffic that is nearly all priority has nobody to repay it. A
 /// prioritised tin's packet (`TIN_FIRST`) is always lent to: its tin's bandwidth threshold
 /// bounds it, and an EF flow must not wait behind bulk bookings because sparse packets ran
 /// the debt up.
 ///
 /// Returns the departure, or for a packet it lent to [`LENT`] and when the link carries it;
 /// its counters go to the stats directly. It is a global function,
-/// which the verifier checks once on its own: its callers see only the value it returns.
-/// Inlined, every outcome of the bins' scan was a path through the rest of the scheduler, and
-/// giving packets that find their span full a place behind the next bin (one more bin to scan)
-/// took the host kernel's verifier from 210,000 instructions to 742,000 of its million.
+/// which the verifier checks once on its own: its callers see only the value it returns, so
+/// the outcomes of the bins' scan are not each a path through the rest of the scheduler
+/// (docs/design.md, "The calendar is a function of its own").
 #[unsafe(export_name = "shaper_calendar_book")]
 #[inline(never)]
 pub extern "C" fn book(want_ns: u64, now_ns: u64, tx_ns: u64, bin_ns: u64, flags: u64) -> u64 {

@@ -7,6 +7,9 @@ use crate::{
     qdisc,
 };
 
+/// The kernel option that builds clsact (with the ingress qdisc).
+pub const CLSACT_KCONFIG: &str = "CONFIG_NET_SCH_INGRESS";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClsactError {
     #[error(
@@ -14,7 +17,8 @@ pub enum ClsactError {
     )]
     IngressQdisc { iface: String },
     #[error(
-        "the kernel has no clsact qdisc (sch_ingress), needed to attach on kernels without TCX (< 6.6): load it with `modprobe sch_ingress` or use a kernel built with CONFIG_NET_SCH_INGRESS"
+        "the kernel has no clsact qdisc (sch_ingress), needed to attach on kernels without TCX (< 6.6): load it with `modprobe sch_ingress` or use a kernel built with {}",
+        CLSACT_KCONFIG
     )]
     NoClsact,
     #[error("adding clsact to {iface}: {source}")]

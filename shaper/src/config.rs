@@ -51,44 +51,119 @@ pub mod defaults {
     pub const METRICS_TOP_HOSTS_MAX: u32 = 1_000;
 }
 
-/// The `[shaper]`-less flat TOML file: the same names as the long command-line options.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileConfig {
-    pub iface: Option<String>,
-    pub rate: Option<String>,
-    pub ingress_rate: Option<String>,
-    pub horizon: Option<String>,
-    pub overhead: Option<i32>,
-    pub mpu: Option<u32>,
-    pub isolation: Option<String>,
-    pub rtt: Option<String>,
-    pub ecn: Option<bool>,
-    pub split_gso: Option<bool>,
-    pub diffserv: Option<String>,
-    pub wash: Option<bool>,
-    pub fwmark: Option<String>,
-    pub ack_filter: Option<String>,
-    pub metrics: Option<String>,
-    pub metrics_top_hosts: Option<u32>,
-    #[serde(default)]
-    pub fq: FqFile,
-    #[serde(default)]
-    pub state: StateFile,
+/// Declares a struct whose fields are all `Option`s, and its `over`: each field from `self`
+/// when set, else from `below`. Settings are layered with it (command line over file, the
+/// defaults applied to what neither gives), so that a new field needs no merging code.
+macro_rules! layered {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident: Option<$ty:ty>, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: Option<$ty>, )*
+        }
+
+        impl $name {
+            /// `self`'s settings, and `below`'s where `self` has none.
+            pub fn over(self, below: Self) -> Self {
+                Self {
+                    $( $field: self.$field.or(below.$field), )*
+                }
+            }
+        }
+    };
 }
 
-impl FileConfig {
+layered! {
+    /// The settings of `shaper run`, each unset unless given, declared once for the command
+    /// line and the config file: a field's long option and its key in the file have the same
+    /// kebab-case name (except `--no-split-gso`, the file's `split-gso = false`), its comment is
+    /// its `--help`. The fields marked `skip` exist in the file only.
+    #[derive(Debug, Default, Clone, clap::Args, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    pub struct Options {
+        /// Interface to shape (egress; ingress too with --ingress-rate).
+        #[arg(long)]
+        pub iface: Option<String>,
+        /// Wire rate, in tc/systemd units: 100mbit, 1gbit, 1995M, 12.5MBps, 500kbit.
+        #[arg(long)]
+        pub rate: Option<String>,
+        /// Also shape what arrives on the interface, at this wire rate (through an IFB device,
+        /// `ifb4<iface>`, with the same settings; the ACK filter stays on egress).
+        #[arg(long)]
+        pub ingress_rate: Option<String>,
+        /// Departures scheduled further ahead than this are dropped (e.g. 2s, 500ms).
+        #[arg(long)]
+        pub horizon: Option<String>,
+        /// Bytes added to every frame before accounting (CAKE's `overhead`); may be negative.
+        #[arg(long, allow_hyphen_values = true)]
+        pub overhead: Option<i32>,
+        /// Minimum accounted frame size in bytes (CAKE's `mpu`).
+        #[arg(long)]
+        pub mpu: Option<u32>,
+        /// Fairness: flowblind, srchost, dsthost, hosts, flows, dual-srchost, dual-dsthost,
+        /// triple-isolate (default; CAKE's names, see docs/design.md for each).
+        #[arg(long)]
+        pub isolation: Option<String>,
+        /// The round-trip time the AQM expects (CAKE's `rtt`): a preset (datacentre 100us, lan
+        /// 1ms, metro 10ms, regional 30ms, internet 100ms (default), oceanic 300ms, satellite
+        /// 1s, interplanetary 1h) or a duration. Its interval; the target is 5% of it.
+        #[arg(long)]
+        pub rtt: Option<String>,
+        /// Mark ECN-capable packets instead of dropping them (default true).
+        #[arg(skip)]
+        pub ecn: Option<bool>,
+        /// Keep the device's GSO limits (CAKE's `no-split-gso`): less CPU, burstier departures.
+        #[arg(long = "no-split-gso", num_args = 0, default_missing_value = "false")]
+        pub split_gso: Option<bool>,
+        /// DiffServ tins (CAKE's): besteffort (default), diffserv3, diffserv4, diffserv8,
+        /// precedence. A tin below its bandwidth threshold goes first; above it, it shares.
+        #[arg(long)]
+        pub diffserv: Option<String>,
+        /// Clear the DSCP of every packet after classifying it (ECN bits kept).
+        #[arg(long, num_args = 0, default_missing_value = "true")]
+        pub wash: Option<bool>,
+        /// fwmark bits (a mask, e.g. 0xff) whose value, when non-zero, is the tin plus one and
+        /// overrides the DSCP.
+        #[arg(long)]
+        pub fwmark: Option<String>,
+        /// Drop redundant pure ACKs on a congested uplink: off (default), conservative (keeps
+        /// two of a flow's ACKs scheduled), aggressive (keeps one). Only ACKs that a later ACK
+        /// is certain to cover are dropped (docs/ack-filter.md).
+        #[arg(long)]
+        pub ack_filter: Option<String>,
+        /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz and /readyz: IP:PORT
+        /// (e.g. 127.0.0.1:9101, [::]:9101) or a port alone, on 127.0.0.1. Nothing listens
+        /// without.
+        #[arg(long, value_name = "ADDR")]
+        pub metrics: Option<String>,
+        /// Also show the N busiest hosts of each direction in the metrics (two series each).
+        #[arg(long, value_name = "N")]
+        pub metrics_top_hosts: Option<u32>,
+        /// `[fq]`: the departure-time queue.
+        #[arg(skip)]
+        pub fq: Option<FqOptions>,
+        /// `[state]`: how hosts are told apart and how much state the data path may keep.
+        #[arg(skip)]
+        pub state: Option<StateOptions>,
+    }
+}
+
+impl Options {
     /// Reads a config file's text (only its syntax and types; [`Settings::resolve_with`]
     /// validates the values).
-    pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
         toml::from_str(text)
     }
 }
 
-/// `[state]`: how hosts are defined and how much state the data path may keep.
+/// `[state]` of the config file.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct StateFile {
+pub struct StateOptions {
     pub host_prefix_v4: Option<u32>,
     pub host_prefix_v6: Option<u32>,
     pub max_flows: Option<u32>,
@@ -96,33 +171,12 @@ pub struct StateFile {
     pub flow_quota: Option<u32>,
 }
 
-/// `[fq]`: the departure-time queue.
+/// `[fq]` of the config file.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FqFile {
+pub struct FqOptions {
     pub limit: Option<u32>,
     pub flow_limit: Option<u32>,
-}
-
-/// What the command line gave (all optional, so a file can supply the rest).
-#[derive(Debug, Default, Clone)]
-pub struct CliConfig {
-    pub iface: Option<String>,
-    pub rate: Option<String>,
-    pub ingress_rate: Option<String>,
-    pub horizon: Option<String>,
-    pub overhead: Option<i32>,
-    pub mpu: Option<u32>,
-    pub isolation: Option<String>,
-    pub rtt: Option<String>,
-    /// `--no-split-gso`: keep the device's GSO limits.
-    pub no_split_gso: bool,
-    pub diffserv: Option<String>,
-    pub wash: bool,
-    pub fwmark: Option<String>,
-    pub ack_filter: Option<String>,
-    pub metrics: Option<String>,
-    pub metrics_top_hosts: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -265,30 +319,25 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(cli: CliConfig, file: Option<&Path>) -> Result<Self, ConfigError> {
-        let file_config = match file {
+    /// The settings of `cli` (the command line), with what it does not give from the config
+    /// file at `file`, if any, and the defaults; validated.
+    pub fn resolve(cli: Options, file: Option<&Path>) -> Result<Self, ConfigError> {
+        let file_options = match file {
             Some(path) => load_file(path)?,
-            None => FileConfig::default(),
+            None => Options::default(),
         };
-        Self::resolve_with(cli, file_config)
+        Self::resolve_with(cli, file_options)
     }
 
-    /// [`Settings::resolve`] with the file already read (or none: `FileConfig::default()`).
-    pub fn resolve_with(cli: CliConfig, file_config: FileConfig) -> Result<Self, ConfigError> {
-        let iface = cli
-            .iface
-            .or(file_config.iface)
-            .ok_or(ConfigError::NoIface)?;
-        let rate_text = cli.rate.or(file_config.rate).ok_or(ConfigError::NoRate)?;
+    /// [`Settings::resolve`] with the file already read (or none: `Options::default()`).
+    pub fn resolve_with(cli: Options, file: Options) -> Result<Self, ConfigError> {
+        let given = cli.over(file);
+        let iface = given.iface.ok_or(ConfigError::NoIface)?;
+        let rate_text = given.rate.ok_or(ConfigError::NoRate)?;
         let rate_bps = parse_rate(rate_text)?;
-        let ingress_rate_bps = cli
-            .ingress_rate
-            .or(file_config.ingress_rate)
-            .map(parse_rate)
-            .transpose()?;
-        let horizon_text = cli
+        let ingress_rate_bps = given.ingress_rate.map(parse_rate).transpose()?;
+        let horizon_text = given
             .horizon
-            .or(file_config.horizon)
             .unwrap_or_else(|| defaults::HORIZON.to_string());
         let horizon_ns =
             time::parse_duration_ns(&horizon_text).map_err(|reason| ConfigError::Horizon {
@@ -298,15 +347,15 @@ impl Settings {
         if horizon_ns < 1_000_000 {
             return Err(ConfigError::HorizonTooShort { text: horizon_text });
         }
-        let overhead_bytes = cli.overhead.or(file_config.overhead).unwrap_or(0);
+        let overhead_bytes = given.overhead.unwrap_or(0);
         if !(-64..=256).contains(&overhead_bytes) {
             return Err(ConfigError::Overhead(overhead_bytes));
         }
-        let mpu_bytes = cli.mpu.or(file_config.mpu).unwrap_or(0);
+        let mpu_bytes = given.mpu.unwrap_or(0);
         if mpu_bytes > 1500 {
             return Err(ConfigError::Mpu(mpu_bytes));
         }
-        let rtt_ns = match cli.rtt.or(file_config.rtt) {
+        let rtt_ns = match given.rtt {
             Some(text) => {
                 let ns = aqm::parse_rtt_ns(&text).map_err(|reason| ConfigError::Rtt {
                     text: text.clone(),
@@ -319,39 +368,38 @@ impl Settings {
             }
             None => aqm::DEFAULT_RTT_NS,
         };
-        let fq = fq_params(rate_bps, rtt_ns, horizon_ns, &file_config.fq)?;
-        let ecn = file_config.ecn.unwrap_or(true);
-        let split_gso = !cli.no_split_gso && file_config.split_gso.unwrap_or(true);
-        let diffserv = match cli.diffserv.or(file_config.diffserv) {
+        let fq_given = given.fq.unwrap_or_default();
+        let fq = fq_params(rate_bps, rtt_ns, horizon_ns, &fq_given)?;
+        let ecn = given.ecn.unwrap_or(true);
+        let split_gso = given.split_gso.unwrap_or(true);
+        let diffserv = match given.diffserv {
             Some(name) => Diffserv::parse(&name).ok_or(ConfigError::Diffserv(name))?,
             None => Diffserv::default(),
         };
-        let wash = cli.wash || file_config.wash.unwrap_or(false);
-        let ack_filter = match cli.ack_filter.or(file_config.ack_filter) {
+        let wash = given.wash.unwrap_or(false);
+        let ack_filter = match given.ack_filter {
             Some(name) => AckFilter::parse(&name).ok_or(ConfigError::AckFilter(name))?,
             None => AckFilter::default(),
         };
-        let fwmark_mask = match cli.fwmark.or(file_config.fwmark) {
+        let fwmark_mask = match given.fwmark {
             Some(text) => parse_mask(&text).ok_or(ConfigError::Fwmark(text))?,
             None => 0,
         };
-        let metrics = match cli.metrics.or(file_config.metrics) {
+        let metrics = match given.metrics {
             Some(text) => Some(parse_listen_addr(&text).ok_or(ConfigError::Metrics(text))?),
             None => None,
         };
         let metrics_top_hosts = in_range(
             "metrics-top-hosts",
-            cli.metrics_top_hosts
-                .or(file_config.metrics_top_hosts)
-                .unwrap_or(0),
+            given.metrics_top_hosts.unwrap_or(0),
             0,
             defaults::METRICS_TOP_HOSTS_MAX,
         )?;
-        let isolation = match cli.isolation.or(file_config.isolation) {
+        let isolation = match given.isolation {
             Some(name) => Isolation::parse(&name).ok_or(ConfigError::Isolation(name))?,
             None => Isolation::default(),
         };
-        let st = &file_config.state;
+        let st = given.state.unwrap_or_default();
         let state = StateParams {
             host_prefix_v4: in_range(
                 "host-prefix-v4",
@@ -408,7 +456,7 @@ impl Settings {
         let ingress = match ingress_rate_bps {
             Some(rate_bps) => Some(Box::new(Self {
                 rate_bps,
-                fq: fq_params(rate_bps, rtt_ns, horizon_ns, &file_config.fq)?,
+                fq: fq_params(rate_bps, rtt_ns, horizon_ns, &fq_given)?,
                 // Filtering ACKs is for the direction that carries them out (the uplink).
                 ack_filter: AckFilter::Off,
                 ..egress.clone()
@@ -494,7 +542,7 @@ fn fq_params(
     rate_bps: u64,
     rtt_ns: u64,
     horizon_ns: u64,
-    file: &FqFile,
+    file: &FqOptions,
 ) -> Result<FqParams, ConfigError> {
     let limit = |what, value: Option<u32>, default| match value.unwrap_or(default) {
         v @ 1..=1_000_000 => Ok(v),
@@ -519,12 +567,12 @@ fn fq_params(
 }
 
 /// Reads and parses a config file (its values are validated by [`Settings::resolve_with`]).
-pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+pub fn load_file(path: &Path) -> Result<Options, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    FileConfig::parse(&text).map_err(|e| ConfigError::Parse {
+    Options::from_toml(&text).map_err(|e| ConfigError::Parse {
         path: path.display().to_string(),
         message: e.to_string(),
     })
@@ -546,8 +594,8 @@ mod tests {
 
     use super::*;
 
-    fn cli(iface: &str, rate: &str) -> CliConfig {
-        CliConfig {
+    fn cli(iface: &str, rate: &str) -> Options {
+        Options {
             iface: Some(iface.into()),
             rate: Some(rate.into()),
             ..Default::default()
@@ -572,14 +620,14 @@ mod tests {
         assert!(err(cli("eth0", "0")).contains("greater than zero"));
         assert!(err(cli("eth0", "fast")).contains("invalid rate \"fast\""));
         assert!(
-            err(CliConfig {
+            err(Options {
                 rate: Some("1gbit".into()),
                 ..Default::default()
             })
             .contains("--iface")
         );
         assert!(
-            err(CliConfig {
+            err(Options {
                 iface: Some("x".into()),
                 ..Default::default()
             })
@@ -603,7 +651,7 @@ mod tests {
             "iface = \"eth1\"\nrate = \"50mbit\"\nhorizon = \"500ms\"\n[fq]\nflow-limit = 200"
         )
         .unwrap();
-        let s = Settings::resolve(CliConfig::default(), Some(&f.0)).unwrap();
+        let s = Settings::resolve(Options::default(), Some(&f.0)).unwrap();
         assert_eq!(
             (s.iface.as_str(), s.rate_bps, s.horizon_ns),
             ("eth1", 50_000_000, 500_000_000)
@@ -625,6 +673,77 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot read config file"), "{err}");
+    }
+
+    #[test]
+    fn an_option_is_a_flag_and_a_key_of_the_same_name_and_the_command_line_wins() {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            options: Options,
+        }
+        let line = |args: &[&str]| {
+            use clap::Parser;
+            Line::try_parse_from([&["run"], args].concat())
+                .unwrap()
+                .options
+        };
+        let given = line(&[
+            "--no-split-gso",
+            "--wash",
+            "--overhead",
+            "-5",
+            "--rtt",
+            "lan",
+        ]);
+        assert_eq!(
+            (
+                given.split_gso,
+                given.wash,
+                given.overhead,
+                given.rtt.as_deref()
+            ),
+            (Some(false), Some(true), Some(-5), Some("lan"))
+        );
+        let file = Options::from_toml(
+            "iface = \"eth1\"\nrate = \"1mbit\"\nsplit-gso = true\nwash = true\necn = false\nrtt = \"metro\"",
+        )
+        .unwrap();
+        let s = Settings::resolve_with(given, file.clone()).unwrap();
+        assert!(!s.split_gso && s.wash && !s.ecn, "{s:?}");
+        assert_eq!((s.iface.as_str(), s.rtt_ns), ("eth1", 1_000_000));
+        // Flags absent, the file's values stand (a flag can only say what the default does not).
+        let s = Settings::resolve_with(line(&[]), file).unwrap();
+        assert!(s.split_gso && s.wash, "{s:?}");
+        assert_eq!(s.rtt_ns, 10_000_000);
+        // Defaults where neither gives a value.
+        let s = Settings::resolve_with(
+            line(&["--iface", "x", "--rate", "1gbit"]),
+            Options::default(),
+        )
+        .unwrap();
+        assert!(s.split_gso && !s.wash && s.ecn, "{s:?}");
+    }
+
+    #[test]
+    fn a_bad_file_is_named_with_the_field_and_its_line() {
+        let mut f = tempfile();
+        writeln!(f.1, "rate = \"1gbit\"\nmpu = \"x\"").unwrap();
+        let err = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0))
+            .unwrap_err()
+            .to_string();
+        let path = f.0.display().to_string();
+        assert!(
+            err.contains(&path) && err.contains("line 2") && err.contains("mpu = "),
+            "{err}"
+        );
+        // `--config` is the command line's only: not a key of the file.
+        let mut f = tempfile();
+        writeln!(f.1, "config = \"other.toml\"").unwrap();
+        let err = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `config`"), "{err}");
     }
 
     #[test]
@@ -721,7 +840,7 @@ mod tests {
         // fq's limits follow the ingress rate, not the egress one.
         assert_eq!(
             i.fq,
-            fq_params(30_000_000, i.rtt_ns, i.horizon_ns, &FqFile::default()).unwrap()
+            fq_params(30_000_000, i.rtt_ns, i.horizon_ns, &FqOptions::default()).unwrap()
         );
 
         let mut c = cli("eth0", "1mbit");
@@ -743,7 +862,7 @@ mod tests {
         let s = Settings::resolve(cli("eth0", "1gbit"), Some(&f.0)).unwrap();
         assert_eq!(s.metrics, Some("127.0.0.1:9101".parse().unwrap()));
         assert_eq!(s.metrics_top_hosts, 5);
-        let c = CliConfig {
+        let c = Options {
             metrics: Some("[::]:9200".into()),
             metrics_top_hosts: Some(0),
             ..cli("eth0", "1gbit")
@@ -751,8 +870,8 @@ mod tests {
         let s = Settings::resolve(c, Some(&f.0)).unwrap();
         assert_eq!(s.metrics, Some("[::]:9200".parse().unwrap()));
         assert_eq!(s.metrics_top_hosts, 0);
-        let bad = |c: CliConfig| Settings::resolve(c, None).unwrap_err().to_string();
-        let e = bad(CliConfig {
+        let bad = |c: Options| Settings::resolve(c, None).unwrap_err().to_string();
+        let e = bad(Options {
             metrics: Some("localhost:9101".into()),
             ..cli("eth0", "1gbit")
         });
@@ -760,7 +879,7 @@ mod tests {
             e.contains("invalid metrics address \"localhost:9101\""),
             "{e}"
         );
-        let e = bad(CliConfig {
+        let e = bad(Options {
             metrics_top_hosts: Some(1_001),
             ..cli("eth0", "1gbit")
         });
@@ -793,7 +912,7 @@ mod tests {
     fn rtt_presets_durations_and_mistakes() {
         let with_rtt = |rtt: &str| {
             Settings::resolve(
-                CliConfig {
+                Options {
                     rtt: Some(rtt.into()),
                     ..cli("eth0", "100mbit")
                 },

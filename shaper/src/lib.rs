@@ -2,6 +2,7 @@
 //! Earliest Departure Time and `fq` releases it then; this library is the control plane.
 
 pub mod bpf;
+pub mod cli;
 pub mod clsact;
 pub mod cmd;
 pub mod config;
@@ -28,3 +29,4 @@ pub mod sampling;
 pub mod segmenter;
 pub mod shape;
 pub mod stats;
+pub mod watch;

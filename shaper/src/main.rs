@@ -1,37 +1,10 @@
 use std::{io::IsTerminal, process::ExitCode};
 
-use clap::{Parser, Subcommand};
-use shaper::cmd;
-
-/// A CAKE-class traffic shaper on eBPF: EDT stamping in BPF, pacing by fq.
-#[derive(Parser)]
-#[command(name = "shaper", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Shape an interface until interrupted (SIGINT/SIGTERM), then restore it.
-    Run(Box<cmd::run::RunArgs>),
-    /// Show the counters of the shaper running on an interface.
-    Stats(cmd::stats::StatsArgs),
-    /// Change settings of the shaper running on an interface in place (its qdisc and programs
-    /// stay, fq keeps its packets); prints what changed. A setting that cannot change in place
-    /// is refused, and nothing changes.
-    Set(cmd::set::SetArgs),
-    /// Make the shaper running on an interface read its --config file again and apply what
-    /// differs in place (as SIGHUP does); prints what changed.
-    Reload(cmd::reload::ReloadArgs),
-    /// Remove everything shaper installed on an interface (e.g. after `kill -9`), putting back
-    /// what was there before it when that is on record.
-    Reset(cmd::reset::ResetArgs),
-    /// Check that this host (and with --iface, an interface) has what shaper needs, and the
-    /// settings that help it; each check passes, warns or fails with a remedy. Exits 1 when a
-    /// check failed.
-    Doctor(cmd::doctor::DoctorArgs),
-}
+use clap::Parser;
+use shaper::{
+    cli::{Cli, Command},
+    cmd,
+};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -46,7 +19,11 @@ fn main() -> ExitCode {
         .init();
     // A doctor's failed checks are its report, not an error: it picks its own exit code.
     let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
-    let result = match Cli::parse().command {
+    let command = Cli::parse().command;
+    if matches!(command, Command::Stats(_) | Command::Doctor(_)) {
+        end_quietly_on_a_closed_pipe();
+    }
+    let result = match command {
         Command::Run(args) => done(cmd::run::run(*args)),
         Command::Stats(args) => done(cmd::stats::run(args)),
         Command::Set(args) => done(cmd::set::run(args)),
@@ -61,4 +38,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A report read through a pipe that closes early (`shaper stats | head`) ends the process as
+/// it ends any other Unix tool, by SIGPIPE, instead of a panic in `println!`. Only for the
+/// commands that just print: `shaper run` keeps ignoring it, so that a closed log pipe never
+/// kills it before it restores the interface.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: sets a signal disposition to its default before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }

@@ -81,10 +81,14 @@ pub struct FqParams {
     pub horizon_us: u32,
 }
 
+/// The kernel option that builds fq.
+pub const FQ_KCONFIG: &str = "CONFIG_NET_SCH_FQ";
+
 #[derive(Debug, thiserror::Error)]
 pub enum QdiscError {
     #[error(
-        "the kernel has no fq qdisc (sch_fq): shaper needs it to release packets at their departure times. Load it with `modprobe sch_fq` or use a kernel built with CONFIG_NET_SCH_FQ"
+        "the kernel has no fq qdisc (sch_fq): shaper needs it to release packets at their departure times. Load it with `modprobe sch_fq` or use a kernel built with {}",
+        FQ_KCONFIG
     )]
     NoFq,
     #[error(

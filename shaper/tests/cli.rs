@@ -83,6 +83,24 @@ fn bad_input_is_refused_with_a_clear_message() {
     );
 }
 
+/// `--version` names the commit the binary was built from: its short hash, `-dirty` when the
+/// tree had changes, or `unknown` when it was built without git.
+#[test]
+fn version_names_the_commit() {
+    let out = shaper(&["--version"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let commit = said
+        .strip_prefix(concat!("shaper ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("{said:?}"));
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        hash == "unknown" || (hash.len() >= 7 && hash.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{said:?}"
+    );
+}
+
 #[test]
 fn without_privileges_nothing_is_attempted_and_every_missing_capability_is_named() {
     let out = Command::new(SHAPER)

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use shaper::{
     bpf::monotonic_now_ns,
-    config::{CliConfig, Settings},
+    config::{Options, Settings},
 };
 use shaper_common::{
     abi::{FlowKey, HostRate, ShaperConfig, host_flags},
@@ -66,13 +66,13 @@ fn seed() -> u64 {
 /// A configuration as `shaper run` builds it from its options.
 struct Setup {
     name: &'static str,
-    cli: CliConfig,
+    cli: Options,
     /// The segmenter on, splitting everything over this many segments.
     split_segs: Option<u32>,
 }
 
-fn cli(rate: &str) -> CliConfig {
-    CliConfig {
+fn cli(rate: &str) -> Options {
+    Options {
         iface: Some("fuzz0".into()),
         rate: Some(rate.into()),
         ..Default::default()
@@ -92,14 +92,14 @@ fn setups() -> Vec<Setup> {
         },
         Setup {
             name: "100mbit, every option",
-            cli: CliConfig {
+            cli: Options {
                 overhead: Some(-30),
                 mpu: Some(64),
                 isolation: Some("flows".into()),
                 rtt: Some("metro".into()),
                 horizon: Some("500ms".into()),
                 diffserv: Some("diffserv4".into()),
-                wash: true,
+                wash: Some(true),
                 fwmark: Some("0xf".into()),
                 ack_filter: Some("aggressive".into()),
                 ..cli("100mbit")
@@ -108,7 +108,7 @@ fn setups() -> Vec<Setup> {
         },
         Setup {
             name: "2mbit, the other modes",
-            cli: CliConfig {
+            cli: Options {
                 overhead: Some(256),
                 mpu: Some(1_500),
                 isolation: Some("dual-srchost".into()),

@@ -5,7 +5,7 @@
 //! the figures for docs/notebook/reliability-memory.md. Needs root.
 
 use shaper::{
-    config::{CliConfig, Settings},
+    config::{Options, Settings},
     mapmem,
 };
 use shaper_common::names::map_names;
@@ -25,7 +25,7 @@ fn kernel() -> (u32, u32) {
 
 fn flows_in_memory(n: u64) {
     let mut settings = Settings::resolve(
-        CliConfig {
+        Options {
             iface: Some("lo".into()),
             rate: Some("1gbit".into()),
             ..Default::default()

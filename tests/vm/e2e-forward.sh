@@ -98,7 +98,7 @@ measure() {
 # frames_per_packet: frames stamped (the delay histogram counts frames) per packet stamped.
 frames_per_packet() {
 	run rtr shaper stats --iface r1 --json | tr -d ' \n' |
-		sed 's/.*"packets":\([0-9]*\).*"delay_hist":\[\(.*\)\],"delay_p50.*/\1 \2/' |
+		sed 's/.*"packets":\([0-9]*\).*"delay_hist":\[\([^]]*\)\].*/\1 \2/' |
 		awk '{ n = split($2, b, "\"frames\":"); f = 0; for (i = 2; i <= n; i++) f += b[i] + 0
 			printf "%.2f", f / $1 }'
 }

@@ -1,5 +1,6 @@
-//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader; and, built
-//! the same way for the VM, the lab's `lab-probe` and the bad-input test.
+//! The static `shaper` binary: x86_64 musl, BPF object embedded, no dynamic loader, with its
+//! man pages and shell completions beside it; and, built the same way for the VM, the lab's
+//! `lab-probe` and the bad-input test.
 
 use std::{
     path::{Path, PathBuf},
@@ -8,7 +9,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::{bootstrap, workspace_root};
+use crate::{bootstrap, run_quiet, workspace_root};
 
 pub const TARGET: &str = "x86_64-unknown-linux-musl";
 
@@ -28,10 +29,32 @@ pub fn run(o: &Options) -> Result<PathBuf> {
     let path = if o.bpf_fuzz {
         build_bpf_fuzz()?
     } else {
-        build()?
+        let binary = build()?;
+        write_manuals(&binary)?;
+        binary
     };
+    // The binary's path alone on stdout, for `$(cargo xtask dist)`.
     println!("{}", path.display());
     Ok(path)
+}
+
+/// Writes the man pages (`man/`) and shell completions (`completions/`) beside `binary`, from
+/// its command-line definition, by shaper's `manuals` example (xtask cannot link the shaper
+/// library: building it needs the BPF toolchain that xtask installs).
+fn write_manuals(binary: &Path) -> Result<()> {
+    let dir = binary.parent().context("a binary without a directory")?;
+    let manuals = cargo_static(
+        &["build", "-p", "shaper", "--example", "manuals"],
+        "manuals",
+    )
+    .context("building the man page and completion writer")?;
+    run_quiet(Command::new(manuals).arg(dir))?;
+    eprintln!(
+        "man pages in {}, shell completions in {}",
+        dir.join("man").display(),
+        dir.join("completions").display()
+    );
+    Ok(())
 }
 
 /// Builds the release binary and checks that it is statically linked.

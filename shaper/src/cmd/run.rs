@@ -6,7 +6,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, info, warn};
 
 use crate::{
-    config::{CliConfig, Settings},
+    config::{Options, Settings},
     control::{self, Controller},
     deploy::Deployment,
     health, ingress,
@@ -24,84 +24,15 @@ use crate::{
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Interface to shape (egress; ingress too with --ingress-rate).
-    #[arg(long)]
-    pub iface: Option<String>,
-    /// Wire rate, in tc/systemd units: 100mbit, 1gbit, 1995M, 12.5MBps, 500kbit.
-    #[arg(long)]
-    pub rate: Option<String>,
-    /// Also shape what arrives on the interface, at this wire rate (through an IFB device,
-    /// `ifb4<iface>`, with the same settings; the ACK filter stays on egress).
-    #[arg(long)]
-    pub ingress_rate: Option<String>,
-    /// Departures scheduled further ahead than this are dropped (e.g. 2s, 500ms).
-    #[arg(long)]
-    pub horizon: Option<String>,
-    /// Bytes added to every frame before accounting (CAKE's `overhead`); may be negative.
-    #[arg(long, allow_hyphen_values = true)]
-    pub overhead: Option<i32>,
-    /// Minimum accounted frame size in bytes (CAKE's `mpu`).
-    #[arg(long)]
-    pub mpu: Option<u32>,
-    /// Fairness: flowblind, srchost, dsthost, hosts, flows, dual-srchost, dual-dsthost,
-    /// triple-isolate (default; CAKE's names, see docs/design.md for each).
-    #[arg(long)]
-    pub isolation: Option<String>,
-    /// The round-trip time the AQM expects (CAKE's `rtt`): a preset (datacentre 100us, lan
-    /// 1ms, metro 10ms, regional 30ms, internet 100ms (default), oceanic 300ms, satellite 1s,
-    /// interplanetary 1h) or a duration. Its interval; the target is 5% of it.
-    #[arg(long)]
-    pub rtt: Option<String>,
-    /// Keep the device's GSO limits (CAKE's `no-split-gso`): less CPU, burstier departures.
-    #[arg(long)]
-    pub no_split_gso: bool,
-    /// DiffServ tins (CAKE's): besteffort (default), diffserv3, diffserv4, diffserv8,
-    /// precedence. A tin below its bandwidth threshold goes first; above it, it shares.
-    #[arg(long)]
-    pub diffserv: Option<String>,
-    /// Clear the DSCP of every packet after classifying it (ECN bits kept).
-    #[arg(long)]
-    pub wash: bool,
-    /// fwmark bits (a mask, e.g. 0xff) whose value, when non-zero, is the tin plus one and
-    /// overrides the DSCP.
-    #[arg(long)]
-    pub fwmark: Option<String>,
-    /// Drop redundant pure ACKs on a congested uplink: off (default), conservative (keeps two
-    /// of a flow's ACKs scheduled), aggressive (keeps one). Only ACKs that a later ACK is
-    /// certain to cover are dropped (docs/ack-filter.md).
-    #[arg(long)]
-    pub ack_filter: Option<String>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz and /readyz: IP:PORT
-    /// (e.g. 127.0.0.1:9101, [::]:9101) or a port alone, on 127.0.0.1. Nothing listens without.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<String>,
-    /// Also show the N busiest hosts of each direction in the metrics (two series each).
-    #[arg(long, value_name = "N")]
-    pub metrics_top_hosts: Option<u32>,
+    #[command(flatten)]
+    pub options: Options,
     /// TOML file with the same settings; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let cli = CliConfig {
-        iface: args.iface,
-        rate: args.rate,
-        ingress_rate: args.ingress_rate,
-        horizon: args.horizon,
-        overhead: args.overhead,
-        mpu: args.mpu,
-        isolation: args.isolation,
-        rtt: args.rtt,
-        no_split_gso: args.no_split_gso,
-        diffserv: args.diffserv,
-        wash: args.wash,
-        fwmark: args.fwmark,
-        ack_filter: args.ack_filter,
-        metrics: args.metrics,
-        metrics_top_hosts: args.metrics_top_hosts,
-    };
-    let (source, settings) = Source::start(cli, args.config.as_deref())?;
+    let (source, settings) = Source::start(args.options, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
     let iface = Interface::lookup(&settings.iface)?;

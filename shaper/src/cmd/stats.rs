@@ -1,11 +1,15 @@
-//! `shaper stats`: the counters of the shaper running on an interface.
+//! `shaper stats`: the counters of the shaper running on an interface, once or refreshed.
+
+use std::{io::IsTerminal, time::Duration};
 
 use crate::{
     bpf, cost,
     link::Interface,
     mapmem, probe,
+    record::State,
     runtime::{self, RuntimeError},
     stats::{self, Report},
+    watch::{self, Display},
 };
 
 #[derive(Debug, clap::Args)]
@@ -38,6 +42,11 @@ pub struct StatsArgs {
     /// How many hosts or flows to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// Refresh the report every SECONDS (default 1; 0.1 to 3600), in place on a terminal, else
+    /// as reports one after another separated by a blank line, until interrupted; exits
+    /// non-zero when the shaper stops.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch: Option<f64>,
 }
 
 /// Flows read for `--flows`: a full walk of a million-entry table takes seconds.
@@ -45,6 +54,46 @@ const FLOW_SCAN_LIMIT: usize = 200_000;
 
 pub fn run(args: StatsArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
+    let Some(seconds) = args.watch else {
+        print!("{}", report(&args)?);
+        return Ok(());
+    };
+    let interval = watch_interval(seconds)?;
+    let display = if std::io::stdout().is_terminal() {
+        Display::InPlace
+    } else {
+        Display::Stream
+    };
+    let mut shown = false;
+    let next = || {
+        let result = report(&args);
+        // A report that fails once the shaper is gone (its maps freed mid-read, its state file
+        // removed) says so, rather than what reading failed on.
+        if let (Err(_), true, Err(gone)) = (&result, shown, running_state(&args)) {
+            return Err(gone.context(format!("stopped watching {}", args.iface)));
+        }
+        shown = true;
+        result
+    };
+    watch::run(
+        next,
+        &mut std::io::stdout().lock(),
+        display,
+        interval,
+        std::thread::sleep,
+    )
+}
+
+fn watch_interval(seconds: f64) -> anyhow::Result<Duration> {
+    if !(0.1..=3_600.0).contains(&seconds) {
+        anyhow::bail!("invalid --watch interval {seconds}: use 0.1 to 3600 seconds");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The state of the shaper running on the interface (or its ingress IFB), refused when none is
+/// running or it is still starting.
+fn running_state(args: &StatsArgs) -> anyhow::Result<State> {
     let iface = Interface::lookup(&args.iface)?;
     let mut state =
         runtime::read_state(&iface)?.ok_or_else(|| RuntimeError::NotRunning(args.iface.clone()))?;
@@ -76,6 +125,12 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
             state.iface
         );
     }
+    Ok(state)
+}
+
+/// One report, as text or JSON, as `args` asks.
+fn report(args: &StatsArgs) -> anyhow::Result<String> {
+    let state = running_state(args)?;
     if let Some(window) = &args.cost {
         let ns = shaper_common::time::parse_duration_ns(window)
             .ok()
@@ -86,23 +141,23 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
                 )
             })?;
         let report = cost::measure(state.maps.stats, std::time::Duration::from_nanos(ns))?;
-        return print(&report, args.json, cost::CostReport::to_text);
+        return render(&report, args.json, cost::CostReport::to_text);
     }
     let now = bpf::monotonic_now_ns();
     if args.hosts {
         let rates = bpf::host_rates_by_id(state.maps.host_rates)?;
         let rows = stats::host_rows(bpf::hosts_by_id(state.maps.hosts)?, &rates, now, args.top);
-        return print(rows.as_slice(), args.json, stats::host_table);
+        return render(rows.as_slice(), args.json, stats::host_table);
     }
     if args.flows {
         let flows = bpf::flows_by_id(state.maps.flows, FLOW_SCAN_LIMIT)?;
         let rows = stats::flow_rows(flows, now, args.top);
-        return print(rows.as_slice(), args.json, stats::flow_table);
+        return render(rows.as_slice(), args.json, stats::flow_table);
     }
     if args.maps {
         let cpus = aya::util::nr_cpus().map_or(1, |n| n as u64);
         let report = mapmem::report(&state.maps, cpus)?;
-        return print(&report, args.json, mapmem::MapsReport::to_text);
+        return render(&report, args.json, mapmem::MapsReport::to_text);
     }
     let view = bpf::view_by_ids(&state.maps)?;
     let mut report = Report::new(&state, &view);
@@ -110,18 +165,17 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
     if state.maps.levels != 0 {
         report.set_tick(&bpf::levels_by_id(state.maps.levels)?);
     }
-    print(&report, args.json, Report::to_text)
+    render(&report, args.json, Report::to_text)
 }
 
-fn print<T: serde::Serialize + ?Sized>(
+fn render<T: serde::Serialize + ?Sized>(
     value: &T,
     json: bool,
     text: fn(&T) -> String,
-) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+) -> anyhow::Result<String> {
+    Ok(if json {
+        serde_json::to_string_pretty(value)? + "\n"
     } else {
-        print!("{}", text(value));
-    }
-    Ok(())
+        text(value)
+    })
 }

@@ -54,8 +54,8 @@ impl Feature {
     /// The kernel option that builds it.
     pub fn config(self) -> &'static str {
         match self {
-            Self::Fq => "CONFIG_NET_SCH_FQ",
-            Self::Clsact => "CONFIG_NET_SCH_INGRESS",
+            Self::Fq => crate::qdisc::FQ_KCONFIG,
+            Self::Clsact => crate::clsact::CLSACT_KCONFIG,
             Self::ClsBpf => "CONFIG_NET_CLS_BPF",
             Self::Ifb => "CONFIG_IFB",
             Self::Mirred => "CONFIG_NET_ACT_MIRRED",

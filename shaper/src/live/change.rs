@@ -233,14 +233,14 @@ impl Differ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CliConfig, FileConfig};
+    use crate::config::Options;
 
     fn settings(file: &str) -> Settings {
-        let cli = CliConfig {
+        let cli = Options {
             iface: Some("eth0".into()),
             ..Default::default()
         };
-        Settings::resolve_with(cli, FileConfig::parse(file).unwrap()).unwrap()
+        Settings::resolve_with(cli, Options::from_toml(file).unwrap()).unwrap()
     }
 
     fn changed(old: &str, new: &str) -> Vec<String> {

@@ -15,6 +15,8 @@ use std::{
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::config::Options;
+
 /// Longest a request line may be: a few settings, not a file.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
@@ -22,41 +24,87 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// (map writes and a few netlink requests); this only bounds a peer that never answers.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Settings to change in place, each `None` when unchanged. Values are text as on the command
-/// line (`"40mbit"`, `"30ms"`), validated by the running shaper.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Settings to change in place, each `None` when unchanged: `shaper set`'s options and the
+/// request's fields. Values are text as on the command line (`"40mbit"`, `"30ms"`), validated
+/// by the running shaper as `shaper run` validates its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SetOptions {
+    /// Wire rate, as for `shaper run`.
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
+    /// The ingress direction's rate (only while it is shaped: adding or removing it needs a
+    /// restart).
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress_rate: Option<String>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizon: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<i32>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpu: Option<u32>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt: Option<String>,
+    /// Mark ECN-capable packets instead of dropping them.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecn: Option<bool>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diffserv: Option<String>,
+    /// Clear the DSCP after classifying.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wash: Option<bool>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fwmark: Option<String>,
+    #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ack_filter: Option<String>,
+}
+
+fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(format!("{text:?}: use on or off")),
+    }
 }
 
 impl SetOptions {
     /// Nothing asked for.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// The same settings as a layer of `shaper run`'s options.
+    pub fn as_options(&self) -> Options {
+        let this = self.clone();
+        Options {
+            rate: this.rate,
+            ingress_rate: this.ingress_rate,
+            horizon: this.horizon,
+            overhead: this.overhead,
+            mpu: this.mpu,
+            isolation: this.isolation,
+            rtt: this.rtt,
+            ecn: this.ecn,
+            diffserv: this.diffserv,
+            wash: this.wash,
+            fwmark: this.fwmark,
+            ack_filter: this.ack_filter,
+            ..Options::default()
+        }
     }
 }
 

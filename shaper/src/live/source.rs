@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    config::{self, CliConfig, ConfigError, FileConfig, Settings},
-    live::protocol::{Request, SetOptions},
+    config::{self, ConfigError, Options, Settings},
+    live::protocol::Request,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -26,31 +26,28 @@ pub enum SourceError {
     Config(#[from] ConfigError),
 }
 
+/// The layers a running shaper's settings are resolved from, highest first: `shaper set`'s
+/// overrides, `shaper run`'s command line, the config file as last read.
 #[derive(Debug, Clone)]
 pub struct Source {
-    /// `shaper run`'s own command line.
-    command_line: CliConfig,
-    /// The config file (`--config`), if any.
+    sets: Options,
+    command_line: Options,
     path: Option<PathBuf>,
-    /// The command line with `shaper set`'s overrides.
-    cli: CliConfig,
-    /// The config file as last read, with the overrides a command line cannot express (turning
-    /// a flag off, ECN).
-    file: FileConfig,
+    file: Options,
 }
 
 impl Source {
     /// The settings `shaper run` starts with.
     pub fn start(
-        command_line: CliConfig,
+        command_line: Options,
         path: Option<&Path>,
     ) -> Result<(Self, Settings), ConfigError> {
         let file = match path {
             Some(path) => config::load_file(path)?,
-            None => FileConfig::default(),
+            None => Options::default(),
         };
         let source = Self {
-            cli: command_line.clone(),
+            sets: Options::default(),
             command_line,
             path: path.map(Path::to_path_buf),
             file,
@@ -63,11 +60,19 @@ impl Source {
     /// once the settings are applied.
     pub fn next(&self, request: &Request) -> Result<(Self, Settings), SourceError> {
         let next = match request {
-            Request::Set { options } => self.with(options)?,
+            Request::Set { options } => {
+                if options.is_empty() {
+                    return Err(SourceError::NothingToSet);
+                }
+                Self {
+                    sets: options.as_options().over(self.sets.clone()),
+                    ..self.clone()
+                }
+            }
             Request::Reload {} => {
                 let path = self.path.as_deref().ok_or(SourceError::NoConfigFile)?;
                 Self {
-                    cli: self.command_line.clone(),
+                    sets: Options::default(),
                     file: config::load_file(path)?,
                     ..self.clone()
                 }
@@ -77,52 +82,9 @@ impl Source {
         Ok((next, settings))
     }
 
-    fn with(&self, options: &SetOptions) -> Result<Self, SourceError> {
-        if options.is_empty() {
-            return Err(SourceError::NothingToSet);
-        }
-        let mut next = self.clone();
-        let SetOptions {
-            rate,
-            ingress_rate,
-            horizon,
-            overhead,
-            mpu,
-            isolation,
-            rtt,
-            ecn,
-            diffserv,
-            wash,
-            fwmark,
-            ack_filter,
-        } = options.clone();
-        let cli = &mut next.cli;
-        let over = |slot: &mut Option<String>, value: Option<String>| {
-            if value.is_some() {
-                *slot = value;
-            }
-        };
-        over(&mut cli.rate, rate);
-        over(&mut cli.ingress_rate, ingress_rate);
-        over(&mut cli.horizon, horizon);
-        over(&mut cli.isolation, isolation);
-        over(&mut cli.rtt, rtt);
-        over(&mut cli.diffserv, diffserv);
-        over(&mut cli.fwmark, fwmark);
-        over(&mut cli.ack_filter, ack_filter);
-        cli.overhead = overhead.or(cli.overhead);
-        cli.mpu = mpu.or(cli.mpu);
-        // The command line's `--wash` can only turn washing on: off is said in the file's terms.
-        if let Some(wash) = wash {
-            cli.wash = wash;
-            next.file.wash = Some(wash);
-        }
-        next.file.ecn = ecn.or(next.file.ecn);
-        Ok(next)
-    }
-
     fn settings(&self) -> Result<Settings, ConfigError> {
-        Settings::resolve_with(self.cli.clone(), self.file.clone())
+        let given = self.sets.clone().over(self.command_line.clone());
+        Settings::resolve_with(given, self.file.clone())
     }
 }
 
@@ -131,9 +93,10 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+    use crate::live::protocol::SetOptions;
 
-    fn command_line(rate: Option<&str>) -> CliConfig {
-        CliConfig {
+    fn command_line(rate: Option<&str>) -> Options {
+        Options {
             iface: Some("eth0".into()),
             rate: rate.map(Into::into),
             ..Default::default()

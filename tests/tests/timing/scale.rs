@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use shaper::{
     bpf::monotonic_now_ns,
-    config::{CliConfig, Settings},
+    config::{Options, Settings},
     control::{Controller, INTERVAL},
 };
 use shaper_tests::{
@@ -146,7 +146,7 @@ fn capacity_per_s(h: &mut Harness) -> f64 {
 
 fn settings() -> Settings {
     Settings::resolve(
-        CliConfig {
+        Options {
             iface: Some("lo".into()),
             rate: Some(RATE.into()),
             ..Default::default()
