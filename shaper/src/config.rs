@@ -149,6 +149,11 @@ layered! {
         /// `[state]`: how hosts are told apart and how much state the data path may keep.
         #[arg(skip)]
         pub state: Option<StateOptions>,
+        /// `[[interface]]`: the interfaces to shape, each a section naming its interface
+        /// (`iface`: a name, a glob or `default-route`) with its own settings over the top
+        /// level's (`interfaces`). The file's top level only.
+        #[arg(skip)]
+        pub interface: Option<Vec<Options>>,
     }
 }
 
@@ -190,10 +195,22 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("no interface given: use --iface IF (or `iface` in the config file)")]
     NoIface,
+    #[error(
+        "`iface` names one interface; the file's [[interface]] sections name theirs: give one or the other"
+    )]
+    IfaceBesideSections,
+    #[error("`{0}` is the process's, not an interface's: give it at the file's top level")]
+    ProcessWide(&'static str),
+    #[error(
+        "[[interface]] section {0} names no interface: give `iface` (a name, a glob such as \"eth*\", or \"default-route\")"
+    )]
+    SectionWithoutIface(usize),
     #[error("no rate given: use --rate RATE, e.g. --rate 100mbit (or `rate` in the config file)")]
     NoRate,
     #[error("invalid rate {text:?}: {reason}")]
     Rate {
+        /// `rate` or `ingress-rate`.
+        field: &'static str,
         text: String,
         reason: rate::RateError,
     },
@@ -236,6 +253,31 @@ pub enum ConfigError {
         min: u32,
         max: u32,
     },
+}
+
+impl ConfigError {
+    /// The setting whose value is wrong, by its key in the config file (so that the file's
+    /// line can be named); `None` for errors about no one setting.
+    pub fn field(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::Rate { field, .. } => field,
+            Self::Horizon { .. } | Self::HorizonTooShort { .. } => "horizon",
+            Self::Overhead(_) => "overhead",
+            Self::Mpu(_) => "mpu",
+            Self::FqLimit { what, .. } => what,
+            Self::Rtt { .. } | Self::RttRange { .. } => "rtt",
+            Self::AckFilter(_) => "ack-filter",
+            Self::Diffserv(_) => "diffserv",
+            Self::Fwmark(_) => "fwmark",
+            Self::Metrics(_) => "metrics",
+            Self::Isolation(_) => "isolation",
+            Self::OutOfRange { what, .. } => what,
+            Self::NoIface | Self::IfaceBesideSections | Self::SectionWithoutIface(_) => "iface",
+            Self::ProcessWide(field) => field,
+            Self::NoRate => "rate",
+            Self::Read { .. } | Self::Parse { .. } => return None,
+        })
+    }
 }
 
 fn rtt_presets() -> String {
@@ -334,8 +376,11 @@ impl Settings {
         let given = cli.over(file);
         let iface = given.iface.ok_or(ConfigError::NoIface)?;
         let rate_text = given.rate.ok_or(ConfigError::NoRate)?;
-        let rate_bps = parse_rate(rate_text)?;
-        let ingress_rate_bps = given.ingress_rate.map(parse_rate).transpose()?;
+        let rate_bps = parse_rate("rate", rate_text)?;
+        let ingress_rate_bps = given
+            .ingress_rate
+            .map(|text| parse_rate("ingress-rate", text))
+            .transpose()?;
         let horizon_text = given
             .horizon
             .unwrap_or_else(|| defaults::HORIZON.to_string());
@@ -531,8 +576,12 @@ impl Settings {
     }
 }
 
-fn parse_rate(text: String) -> Result<u64, ConfigError> {
-    rate::parse_rate(&text).map_err(|reason| ConfigError::Rate { text, reason })
+fn parse_rate(field: &'static str, text: String) -> Result<u64, ConfigError> {
+    rate::parse_rate(&text).map_err(|reason| ConfigError::Rate {
+        field,
+        text,
+        reason,
+    })
 }
 
 /// fq's limits for a rate. fq must hold everything the AQM admits, or it tail-drops packets
@@ -568,14 +617,20 @@ fn fq_params(
 
 /// Reads and parses a config file (its values are validated by [`Settings::resolve_with`]).
 pub fn load_file(path: &Path) -> Result<Options, ConfigError> {
+    read_file(path).map(|(_, options)| options)
+}
+
+/// [`load_file`], with the file's text (to name the line of a value found wrong later).
+pub fn read_file(path: &Path) -> Result<(String, Options), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    Options::from_toml(&text).map_err(|e| ConfigError::Parse {
+    let options = Options::from_toml(&text).map_err(|e| ConfigError::Parse {
         path: path.display().to_string(),
         message: e.to_string(),
-    })
+    })?;
+    Ok((text, options))
 }
 
 /// The address `--metrics` listens on: `HOST:PORT` (`[v6]:PORT` for IPv6), or a bare port on

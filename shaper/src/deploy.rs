@@ -275,6 +275,17 @@ impl Deployment {
         self.undo()
     }
 
+    /// Lets the interface go: [`Deployment::teardown`], after checking that the device is still
+    /// the one shaped. One that went away (or was re-created under its name, a new device that
+    /// is not shaper's to touch) took what was on it: only what shaper had elsewhere (an IFB,
+    /// the state file) is removed.
+    pub fn release(mut self) -> anyhow::Result<()> {
+        if health::link_fault(&self.iface).is_some() {
+            self.gone = true;
+        }
+        self.undo()
+    }
+
     /// Restores the applied parts in reverse, then removes the state file.
     fn undo(&mut self) -> anyhow::Result<()> {
         if std::mem::replace(&mut self.torn_down, true) {

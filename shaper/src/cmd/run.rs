@@ -1,20 +1,37 @@
-//! `shaper run`: shape an interface until SIGINT/SIGTERM, then restore it.
+//! `shaper run`: shape interfaces until SIGINT/SIGTERM, then restore them.
+//!
+//! One process supervises every interface it shapes, each with its own deployment, control
+//! loops, control socket and live-change source; they share the clock, the health checks and
+//! the metrics endpoint. Which interfaces, with which settings, is `interfaces::Plan`'s:
+//!
+//! - Without `[[interface]]` sections (the command line's one interface), as ever: an interface
+//!   that cannot be shaped ends the start with an error, and one that goes away ends the run.
+//! - With sections, the interfaces follow the system (`linkwatch`): one that appears, or comes
+//!   to match, is shaped; one that goes away is let go (what shaper had elsewhere removed) and
+//!   shaped again when it comes back. One that cannot be shaped, or whose repairs keep failing,
+//!   is reported and restored, and is tried again only when it changes (a new device of the name,
+//!   or new settings); the others keep running. The run ends only by a signal, or when the
+//!   process itself fails (its metrics endpoint, its netlink sockets).
+//!
+//! On exit every interface is restored, each as it was found.
 
-use std::{path::PathBuf, time::Instant};
+use std::{collections::BTreeMap, future::poll_fn, path::PathBuf, task::Poll, time::Instant};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     config::{Options, Settings},
     control::{self, Controller},
     deploy::Deployment,
     health, ingress,
+    interfaces::Plan,
     link::Interface,
+    linkwatch::{self, Watcher},
     live::{
         self,
         protocol::{Request, Response},
-        server::ControlSocket,
+        server::{ControlSocket, Pending},
         source::Source,
     },
     metrics::{self, Direction, status::Monitor},
@@ -26,26 +43,30 @@ use crate::{
 pub struct RunArgs {
     #[command(flatten)]
     pub options: Options,
-    /// TOML file with the same settings; command-line options win.
+    /// TOML file with the same settings, and optionally `[[interface]]` sections to shape
+    /// several interfaces; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let (source, settings) = Source::start(args.options, args.config.as_deref())?;
+    let plan = Plan::load(args.options, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
-    let iface = Interface::lookup(&settings.iface)?;
+    if let Some(name) = plan.single_iface() {
+        Interface::lookup(&name)?;
+    }
     let monitor = Monitor::default();
-    // Bound before the interface is touched, so that an address in use fails the start; served
+    let process = plan.process();
+    // Bound before any interface is touched, so that an address in use fails the start; served
     // from here on, so that /readyz says "not yet" while shaper starts.
-    if let Some(addr) = settings.metrics {
+    if let Some(addr) = process.metrics {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("metrics endpoint {addr}: {e}"))?;
         metrics::http::spawn(
             listener,
             monitor.clone(),
-            settings.metrics_top_hosts as usize,
+            process.metrics_top_hosts as usize,
         )?;
         info!("metrics at http://{addr}/metrics");
     }
@@ -59,22 +80,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let _runtime = runtime.enter();
         Signals::listen()?
     };
-    let mut deployment = shape::apply(&settings, iface)?;
-    ingress::start(&settings, &mut deployment)?;
-
-    let path = runtime::control_socket_path(deployment.iface());
-    let served = {
-        let _runtime = runtime.enter();
-        ControlSocket::bind(&path)
-    }
-    .map_err(|e| anyhow::anyhow!("control socket {}: {e}", path.display()))
-    .and_then(|control| {
-        let live = Live { source, control };
-        runtime.block_on(serve(&mut deployment, signals, live, &monitor))
-    });
+    let mut supervisor = Supervisor {
+        follow: plan.has_sections(),
+        plan,
+        shaped: Vec::new(),
+        failed: BTreeMap::new(),
+        monitor: monitor.clone(),
+        sock: Socket::open()?,
+    };
+    let served = runtime.block_on(supervisor.serve(signals));
     monitor.stopping();
-    // The parts go in reverse: the ingress first (its redirect, then its IFB), then the rest.
-    let restored = deployment.teardown();
+    let restored = {
+        let _runtime = runtime.enter();
+        supervisor.restore_all()
+    };
     served.and(restored)
 }
 
@@ -96,152 +115,460 @@ impl Signals {
     }
 }
 
-/// What live changes need: where the settings come from, and the socket requests arrive on.
-struct Live {
+/// One shaped interface: what is installed, its control loops, where its settings come from
+/// and the socket its live changes arrive on.
+struct Shaped {
+    deployment: Deployment,
     source: Source,
     control: ControlSocket,
-}
-
-/// Runs each direction's control loop, keeps what shaper installed in place and applies live
-/// changes (`shaper set`, `shaper reload`, SIGHUP) between ticks, until SIGINT or SIGTERM, or
-/// until the interface (or the IFB) goes away.
-async fn serve(
-    deployment: &mut Deployment,
-    signals: Signals,
-    live: Live,
-    monitor: &Monitor,
-) -> anyhow::Result<()> {
-    let Signals {
-        term: mut sigterm,
-        int: mut sigint,
-        hup: mut sighup,
-    } = signals;
-    let Live {
-        mut source,
-        mut control,
-    } = live;
-    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
-    let mut tick = tokio::time::interval(control::INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut loops = Loops {
-        egress: controller(deployment.settings()),
-        ingress: deployment.nested_mut().map(|i| controller(i.settings())),
-        tick,
-    };
-    let mut check = tokio::time::interval(health::INTERVAL);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sock = Socket::open()?;
-    let mut failed_checks = 0;
-    publish(monitor, deployment, true);
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => return Ok(()),
-            _ = sigint.recv() => return Ok(()),
-            _ = sighup.recv() => {
-                let request = Request::Reload {};
-                // Logged; a signal has no one to answer.
-                let _ = answer(deployment, &mut source, &request, &mut loops, monitor);
-            }
-            Some(pending) = control.next() => {
-                let response = answer(deployment, &mut source, &pending.request, &mut loops, monitor);
-                pending.answer(response);
-            }
-            due = loops.tick.tick() => {
-                monitor.tick_started(due.elapsed());
-                control_tick(deployment, &mut loops.egress, Direction::Egress, monitor);
-                if let (Some(i), Some(c)) = (deployment.nested_mut(), loops.ingress.as_mut()) {
-                    control_tick(i, c, Direction::Ingress, monitor);
-                }
-            }
-            _ = check.tick() => {
-                let kept = deployment.keep(&mut sock);
-                publish(monitor, deployment, kept.is_ok());
-                match kept {
-                    Ok(()) => failed_checks = 0,
-                    Err(e) if e.is::<health::Lost>() => return Err(e),
-                    Err(e) => {
-                        failed_checks += 1;
-                        if failed_checks >= health::MAX_FAILED_CHECKS {
-                            return Err(e.context("keeping shaper in place failed repeatedly"));
-                        }
-                        warn!("keeping shaper in place (will retry): {e:#}");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Each direction's control loop, and their clock.
-struct Loops {
     egress: Controller,
     ingress: Option<Controller>,
-    tick: tokio::time::Interval,
+    failed_checks: u32,
 }
 
-/// Applies `request` (`change`), logs the outcome and tells the monitor; the answer for the
-/// client.
-fn answer(
-    deployment: &mut Deployment,
-    source: &mut Source,
-    request: &Request,
-    loops: &mut Loops,
-    monitor: &Monitor,
-) -> Response {
-    let what = match request {
-        Request::Set { .. } => "set",
-        Request::Reload {} => "reload",
-    };
-    let response = match change(deployment, source, request, loops) {
-        Ok(changes) => {
-            let changed = if changes.is_empty() {
-                "nothing differed".into()
-            } else {
-                changes.join(", ")
-            };
-            info!("{what}: {changed}");
-            Response::Changed { changes }
-        }
-        Err(e) => {
-            warn!("{what} refused: {e:#}");
-            Response::Error {
-                message: format!("{e:#}"),
+impl Shaped {
+    fn name(&self) -> &str {
+        &self.deployment.iface().name
+    }
+}
+
+/// The interfaces of one run.
+struct Supervisor {
+    plan: Plan,
+    /// The interfaces follow the system (the plan has sections); otherwise the one interface's
+    /// failures end the run.
+    follow: bool,
+    shaped: Vec<Shaped>,
+    /// Interfaces that could not be shaped, with the device and settings tried: not tried
+    /// again until either changes.
+    failed: BTreeMap<String, (u32, Settings)>,
+    monitor: Monitor,
+    sock: Socket,
+}
+
+impl Supervisor {
+    /// Shapes what the plan asks for, then runs every interface's control loops, keeps what
+    /// shaper installed in place, follows the system's interfaces and applies live changes
+    /// (`shaper set`, `shaper reload`, SIGHUP) between ticks, until SIGINT or SIGTERM.
+    async fn serve(&mut self, signals: Signals) -> anyhow::Result<()> {
+        let Signals {
+            term: mut sigterm,
+            int: mut sigint,
+            hup: mut sighup,
+        } = signals;
+        // Subscribed before the first look, so that no change falls between the two.
+        let mut watcher = if self.follow {
+            Some(Watcher::open()?)
+        } else {
+            None
+        };
+        self.reconcile()?;
+        let mut tick = tokio::time::interval(control::INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = tokio::time::interval(health::INTERVAL);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => return Ok(()),
+                _ = sigint.recv() => return Ok(()),
+                _ = sighup.recv() => {
+                    // Logged; a signal has no one to answer.
+                    let _ = self.answer(None, &Request::Reload {});
+                }
+                (at, pending) = next_request(&mut self.shaped) => {
+                    let response = self.answer(Some(at), &pending.request);
+                    pending.answer(response);
+                }
+                due = tick.tick() => {
+                    self.monitor.tick_started(due.elapsed());
+                    for shaped in &mut self.shaped {
+                        control_ticks(shaped, &self.monitor);
+                    }
+                }
+                changed = linkwatch_changed(&mut watcher) => {
+                    changed.map_err(|e| anyhow::anyhow!("watching the interfaces: {e}"))?;
+                    self.reconcile()?;
+                }
+                _ = check.tick() => self.check()?,
             }
         }
-    };
-    publish(monitor, deployment, true);
-    response
+    }
+
+    /// Shapes the interfaces the plan wants that are not shaped, and lets go of the shaped ones
+    /// it no longer wants or whose device went away. Returns what it did, one line each.
+    /// Without sections, the one interface failing to shape is the error.
+    fn reconcile(&mut self) -> anyhow::Result<Vec<String>> {
+        let mut done = Vec::new();
+        let links = linkwatch::links(&mut self.sock)?;
+        let default_route = if self.plan.follows_default_route() {
+            linkwatch::default_route_devices(&mut self.sock, &links)?
+        } else {
+            Default::default()
+        };
+        let wanted = self.plan.wanted(&links, &default_route);
+        if !self.follow && wanted.is_empty() {
+            // The one interface went away (its health check ends the run) or never was.
+            if self.shaped.is_empty() {
+                let name = self.plan.single_iface().unwrap_or_default();
+                Interface::lookup(&name)?;
+            }
+            return Ok(done);
+        }
+        // Let go: no longer wanted, or no longer the device that was shaped.
+        let mut at = self.shaped.len();
+        while at > 0 {
+            at -= 1;
+            let s = &self.shaped[at];
+            let current = links.iter().find(|l| l.name == s.name());
+            let same_device = current.is_some_and(|l| l.ifindex == s.deployment.iface().ifindex);
+            if !wanted.contains_key(s.name()) || !same_device {
+                let name = s.name().to_string();
+                match self.let_go(at) {
+                    Ok(()) if same_device => done.push(format!("{name}: restored")),
+                    Ok(()) => done.push(format!("{name}: gone, let go")),
+                    Err(e) => done.push(format!("{name}: restoring failed: {e:#}")),
+                }
+            }
+        }
+        self.failed.retain(|name, _| wanted.contains_key(name));
+        for (name, layer) in &wanted {
+            if self.shaped.iter().any(|s| s.name() == name) {
+                continue;
+            }
+            let Some(link) = links.iter().find(|l| &l.name == name) else {
+                continue;
+            };
+            let resolved = Source::with_file(
+                self.plan.command_line().clone(),
+                self.plan.path(),
+                layer.clone(),
+            );
+            let (source, settings) = match resolved {
+                Ok(r) => r,
+                // Validated when the file was read; still, not a reason to stop the others.
+                Err(e) => {
+                    error!("{name}: {e}");
+                    continue;
+                }
+            };
+            if self
+                .failed
+                .get(name)
+                .is_some_and(|(ifindex, tried)| *ifindex == link.ifindex && *tried == settings)
+            {
+                continue;
+            }
+            match shape_one(source, &settings) {
+                Ok(mut shaped) => {
+                    self.failed.remove(name);
+                    publish(&self.monitor, &mut shaped, true);
+                    done.push(format!("{name}: shaped ({})", settings.describe()));
+                    self.shaped.push(shaped);
+                }
+                Err(e) if !self.follow => return Err(e),
+                Err(e) => {
+                    error!(
+                        "{name} cannot be shaped (left as it is; tried again when it changes): {e:#}"
+                    );
+                    done.push(format!("{name}: cannot be shaped: {e:#}"));
+                    self.failed
+                        .insert(name.clone(), (link.ifindex, settings.clone()));
+                }
+            }
+        }
+        self.monitor.configured(wanted.into_keys());
+        for line in &done {
+            info!("{line}");
+        }
+        Ok(done)
+    }
+
+    /// Restores (or, if its device went away, lets go of) the interface at `at`.
+    fn let_go(&mut self, at: usize) -> anyhow::Result<()> {
+        let Shaped {
+            deployment,
+            control,
+            ..
+        } = self.shaped.remove(at);
+        self.monitor.forget(&deployment.iface().name);
+        drop(control);
+        deployment.release()
+    }
+
+    /// The health checks of every interface. Without sections, the interface going away, or
+    /// its repairs failing repeatedly, ends the run; with them, that interface is let go (and
+    /// shaped again when it comes back).
+    fn check(&mut self) -> anyhow::Result<()> {
+        let mut gone = Vec::new();
+        for (at, s) in self.shaped.iter_mut().enumerate() {
+            let kept = s.deployment.keep(&mut self.sock);
+            publish(&self.monitor, s, kept.is_ok());
+            match kept {
+                Ok(()) => s.failed_checks = 0,
+                Err(e) if e.is::<health::Lost>() => {
+                    if !self.follow {
+                        return Err(e);
+                    }
+                    info!("{e}; letting it go until it comes back");
+                    gone.push((at, None));
+                }
+                Err(e) => {
+                    s.failed_checks += 1;
+                    if s.failed_checks < health::MAX_FAILED_CHECKS {
+                        warn!(
+                            "keeping shaper in place on {} (will retry): {e:#}",
+                            s.name()
+                        );
+                        continue;
+                    }
+                    let e = e.context(format!(
+                        "keeping shaper in place on {} failed repeatedly",
+                        s.name()
+                    ));
+                    if !self.follow {
+                        return Err(e);
+                    }
+                    error!("{e:#}; restoring it (tried again when it changes)");
+                    let settings = s.deployment.settings().clone();
+                    gone.push((at, Some((s.deployment.iface().ifindex, settings))));
+                }
+            }
+        }
+        for (at, failed) in gone.into_iter().rev() {
+            let name = self.shaped[at].name().to_string();
+            if let Err(e) = self.let_go(at) {
+                warn!("restoring {name}: {e:#}");
+            }
+            if let Some(failed) = failed {
+                self.failed.insert(name, failed);
+            }
+        }
+        if self.follow {
+            // A backstop for a notification missed: the same look the watcher triggers.
+            self.reconcile()?;
+        }
+        Ok(())
+    }
+
+    /// Applies `request` (from interface `at`'s socket, or a signal), logs the outcome and
+    /// tells the monitor; the answer for the client.
+    fn answer(&mut self, at: Option<usize>, request: &Request) -> Response {
+        let (what, outcome) = match (request, at) {
+            (Request::Set { .. }, Some(at)) => ("set", self.set(at, request)),
+            (Request::Set { .. }, None) => {
+                return Response::Error {
+                    message: "set needs an interface".into(),
+                };
+            }
+            (Request::Reload {}, _) => ("reload", self.reload()),
+        };
+        let response = match outcome {
+            Ok(changes) => {
+                let changed = if changes.is_empty() {
+                    "nothing differed".into()
+                } else {
+                    changes.join(", ")
+                };
+                info!("{what}: {changed}");
+                Response::Changed { changes }
+            }
+            Err(e) => {
+                warn!("{what} refused: {e:#}");
+                Response::Error {
+                    message: format!("{e:#}"),
+                }
+            }
+        };
+        for s in &mut self.shaped {
+            publish(&self.monitor, s, true);
+        }
+        response
+    }
+
+    /// `shaper set` on interface `at`.
+    fn set(&mut self, at: usize, request: &Request) -> anyhow::Result<Vec<String>> {
+        let shaped = &mut self.shaped[at];
+        let (next, settings) = shaped.source.next(request)?;
+        change(shaped, next, &settings, &self.monitor)
+    }
+
+    /// Reads the file again and applies the difference: an interface no longer wanted is
+    /// restored, a new one shaped, a changed one changed in place (each shaped one's `shaper
+    /// set` overrides dropped). A file that does not validate changes nothing; a change one
+    /// interface refuses is reported with its name, and the others are still applied.
+    fn reload(&mut self) -> anyhow::Result<Vec<String>> {
+        let path = self
+            .plan
+            .path()
+            .ok_or(live::source::SourceError::NoConfigFile)?;
+        let plan = Plan::load(self.plan.command_line().clone(), Some(path))?;
+        if plan.has_sections() != self.plan.has_sections() {
+            anyhow::bail!(
+                "the file {} [[interface]] sections now: restart `shaper run` to go from one interface to several or back; nothing was changed",
+                if plan.has_sections() { "has" } else { "has no" }
+            );
+        }
+        if plan.process() != self.plan.process() {
+            anyhow::bail!(
+                "metrics and metrics-top-hosts cannot change while shaper runs (the process set up its endpoint once); nothing was changed. Restart `shaper run` with the new settings"
+            );
+        }
+        if !plan.has_sections() && plan.single_iface() != self.plan.single_iface() {
+            anyhow::bail!(
+                "iface cannot change while shaper runs; nothing was changed. Restart `shaper run` with the new settings"
+            );
+        }
+        self.plan = plan;
+        let links = linkwatch::links(&mut self.sock)?;
+        let default_route = if self.plan.follows_default_route() {
+            linkwatch::default_route_devices(&mut self.sock, &links)?
+        } else {
+            Default::default()
+        };
+        let wanted = self.plan.wanted(&links, &default_route);
+        let mut done = Vec::new();
+        let mut refused = Vec::new();
+        for s in &mut self.shaped {
+            let Some(layer) = wanted.get(s.name()) else {
+                continue;
+            };
+            let name = s.name().to_string();
+            let outcome = s
+                .source
+                .reloaded(layer.clone())
+                .map_err(anyhow::Error::from)
+                .and_then(|(next, settings)| change(s, next, &settings, &self.monitor));
+            match outcome {
+                Ok(changes) => done.extend(changes.into_iter().map(|c| format!("{name}: {c}"))),
+                Err(e) => refused.push(format!("{name}: {e:#}")),
+            }
+        }
+        // New settings may make a failed interface worth trying again: `reconcile` compares.
+        done.extend(self.reconcile()?);
+        if refused.is_empty() {
+            Ok(done)
+        } else {
+            let applied = if done.is_empty() {
+                String::new()
+            } else {
+                format!("; applied: {}", done.join("; "))
+            };
+            anyhow::bail!("refused: {}{applied}", refused.join("; "))
+        }
+    }
+
+    /// Restores every interface, the last shaped first; the first error is returned, the others
+    /// logged.
+    fn restore_all(&mut self) -> anyhow::Result<()> {
+        let mut first = None;
+        while let Some(Shaped {
+            deployment,
+            control,
+            ..
+        }) = self.shaped.pop()
+        {
+            drop(control);
+            let name = deployment.iface().name.clone();
+            // The parts go in reverse: the ingress first (its redirect, then its IFB), then the
+            // rest.
+            if let Err(e) = deployment.teardown() {
+                match first {
+                    None => first = Some(e),
+                    Some(_) => warn!("restoring {name}: {e:#}"),
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
 }
 
-/// Applies what `request` asks for in place. The new settings are resolved (validated as at
-/// start) and compared with the running ones first, so that a bad value, or a difference that
-/// needs a restart, changes nothing. The control loops take the new policy and tick at once,
-/// so that the hosts' levels follow a new rate within a tick. Returns what changed.
+/// Shapes the interface `settings` name, and opens its control socket.
+fn shape_one(source: Source, settings: &Settings) -> anyhow::Result<Shaped> {
+    let iface = Interface::lookup(&settings.iface)?;
+    let mut deployment = shape::apply(settings, iface)?;
+    // A failure from here on drops the deployment, which restores the interface.
+    ingress::start(settings, &mut deployment)?;
+    let path = runtime::control_socket_path(deployment.iface());
+    let control = ControlSocket::bind(&path)
+        .map_err(|e| anyhow::anyhow!("control socket {}: {e}", path.display()))?;
+    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
+    Ok(Shaped {
+        egress: controller(deployment.settings()),
+        ingress: deployment.nested_mut().map(|i| controller(i.settings())),
+        deployment,
+        source,
+        control,
+        failed_checks: 0,
+    })
+}
+
+/// The next request on any interface's socket, with the interface's place. Cancel-safe, as
+/// each socket's `next` is.
+async fn next_request(shaped: &mut [Shaped]) -> (usize, Pending) {
+    poll_fn(|cx| {
+        for (at, s) in shaped.iter_mut().enumerate() {
+            if let Poll::Ready(Some(pending)) = s.control.poll_next(cx) {
+                return Poll::Ready((at, pending));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The watcher's next change; never, without a watcher.
+async fn linkwatch_changed(watcher: &mut Option<Watcher>) -> std::io::Result<()> {
+    match watcher {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Applies `settings` (from `next`) to `shaped` in place. The settings were resolved (validated
+/// as at start) and are compared with the running ones first, so that a bad value, or a
+/// difference that needs a restart, changes nothing. The control loops take the new policy and
+/// tick at once, so that the hosts' levels follow a new rate within a tick. Returns what
+/// changed.
 fn change(
-    deployment: &mut Deployment,
-    source: &mut Source,
-    request: &Request,
-    loops: &mut Loops,
+    shaped: &mut Shaped,
+    next: Source,
+    settings: &Settings,
+    monitor: &Monitor,
 ) -> anyhow::Result<Vec<String>> {
-    let (next, settings) = source.next(request)?;
-    let differences = live::change::differences(deployment.settings(), &settings)?;
+    let differences = live::change::differences(shaped.deployment.settings(), settings)?;
     if !differences.is_empty() {
-        shape::change(deployment, &settings)
+        shape::change(&mut shaped.deployment, settings)
             .map_err(|e| e.context("applying the change failed part-way; run `shaper set` or `shaper reload` again, or restart"))?;
-        loops
+        shaped
             .egress
             .set_policy(settings.rate_bps, settings.isolation, settings.diffserv);
-        if let (Some(c), Some(i)) = (loops.ingress.as_mut(), settings.ingress.as_deref()) {
+        if let (Some(c), Some(i)) = (shaped.ingress.as_mut(), settings.ingress.as_deref()) {
             c.set_policy(i.rate_bps, i.isolation, i.diffserv);
         }
-        loops.tick.reset_immediately();
+        control_ticks(shaped, monitor);
     }
-    *source = next;
+    shaped.source = next;
     Ok(differences.iter().map(ToString::to_string).collect())
+}
+
+/// One step of each of `shaped`'s control loops.
+fn control_ticks(shaped: &mut Shaped, monitor: &Monitor) {
+    let Shaped {
+        deployment,
+        egress,
+        ingress,
+        ..
+    } = shaped;
+    let name = deployment.iface().name.clone();
+    control_tick(&name, deployment, egress, Direction::Egress, monitor);
+    if let (Some(i), Some(c)) = (deployment.nested_mut(), ingress.as_mut()) {
+        control_tick(&name, i, c, Direction::Ingress, monitor);
+    }
 }
 
 /// One control loop step. A failed tick keeps the previous levels in force; the next retries.
 fn control_tick(
+    interface: &str,
     deployment: &mut Deployment,
     controller: &mut Controller,
     direction: Direction,
@@ -249,19 +576,24 @@ fn control_tick(
 ) {
     let started = Instant::now();
     let result = controller.tick(deployment.datapath_mut());
-    monitor.ticked(direction, result.as_ref().ok(), started.elapsed());
+    monitor.ticked(
+        interface,
+        direction,
+        result.as_ref().ok(),
+        started.elapsed(),
+    );
     match result {
         Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
         Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
     }
 }
 
-/// Tells the monitor what is shaped (each direction's state file: its maps and settings) and
-/// whether the last health check passed.
-fn publish(monitor: &Monitor, deployment: &mut Deployment, passed: bool) {
-    let interface = deployment.iface().name.clone();
-    let mut states = vec![(Direction::Egress, deployment.state().clone())];
-    if let Some(ingress) = deployment.nested_mut() {
+/// Tells the monitor what is shaped on `shaped`'s interface (each direction's state file: its
+/// maps and settings) and whether its last health check passed.
+fn publish(monitor: &Monitor, shaped: &mut Shaped, passed: bool) {
+    let interface = shaped.name().to_string();
+    let mut states = vec![(Direction::Egress, shaped.deployment.state().clone())];
+    if let Some(ingress) = shaped.deployment.nested_mut() {
         states.push((Direction::Ingress, ingress.state().clone()));
     }
     monitor.checked(&interface, states, passed);

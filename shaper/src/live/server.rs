@@ -69,6 +69,14 @@ impl ControlSocket {
     pub async fn next(&mut self) -> Option<Pending> {
         self.requests.recv().await
     }
+
+    /// [`ControlSocket::next`] as a poll, to wait on several sockets at once.
+    pub fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Pending>> {
+        self.requests.poll_recv(cx)
+    }
 }
 
 impl Drop for ControlSocket {

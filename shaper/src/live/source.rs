@@ -56,6 +56,34 @@ impl Source {
         Ok((source, settings))
     }
 
+    /// The settings of an interface whose file layer (its `[[interface]]` section over the
+    /// file's top level, or the whole file) is `file`, under the command line.
+    pub fn with_file(
+        command_line: Options,
+        path: Option<&Path>,
+        file: Options,
+    ) -> Result<(Self, Settings), ConfigError> {
+        let source = Self {
+            sets: Options::default(),
+            command_line,
+            path: path.map(Path::to_path_buf),
+            file,
+        };
+        let settings = source.settings()?;
+        Ok((source, settings))
+    }
+
+    /// The source and settings after a reload whose file layer for this interface is `file`:
+    /// `shaper set`'s overrides dropped, as at a fresh start.
+    pub fn reloaded(&self, file: Options) -> Result<(Self, Settings), ConfigError> {
+        Self::with_file(self.command_line.clone(), self.path.as_deref(), file)
+    }
+
+    /// The file layer this interface's settings were resolved with.
+    pub fn file(&self) -> &Options {
+        &self.file
+    }
+
     /// The source and settings `request` asks for; `self` is left as it is, to be replaced
     /// once the settings are applied.
     pub fn next(&self, request: &Request) -> Result<(Self, Settings), SourceError> {

@@ -5,6 +5,7 @@
 //! their ids (as `shaper stats` does) without the lock, so a scrape never holds a tick back.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -64,11 +65,26 @@ struct Published {
 #[derive(Debug)]
 struct Shared {
     directions: Vec<Published>,
-    /// Every configured direction is shaped and the last health check passed.
-    ready: bool,
+    /// The interfaces to shape that are present now (`configured`), and whether each one's
+    /// last health check passed: ready when every one of them did.
+    wanted: BTreeSet<String>,
+    passed: BTreeMap<String, bool>,
+    /// Shaping ends: never ready again.
+    stopping: bool,
     /// How late ticks started (s).
     lateness: Histogram,
     last_tick: Option<Instant>,
+}
+
+impl Shared {
+    fn is_ready(&self) -> bool {
+        !self.stopping
+            && !self.wanted.is_empty()
+            && self
+                .wanted
+                .iter()
+                .all(|i| self.passed.get(i).copied().unwrap_or(false))
+    }
 }
 
 /// The handle the run loop writes through and the server reads through.
@@ -82,7 +98,9 @@ impl Default for Monitor {
         Self {
             shared: Arc::new(Mutex::new(Shared {
                 directions: Vec::new(),
-                ready: false,
+                wanted: BTreeSet::new(),
+                passed: BTreeMap::new(),
+                stopping: false,
                 lateness: Histogram::new(TICK_BUCKETS_S),
                 last_tick: None,
             })),
@@ -117,8 +135,14 @@ impl Monitor {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The directions shaped with their state files' content (maps, settings), and whether the
-    /// health check that just ran passed. Directions keep their control loop's numbers.
+    /// The interfaces to shape that are present now: `/readyz` waits for each of them.
+    pub fn configured(&self, interfaces: impl IntoIterator<Item = String>) {
+        self.lock().wanted = interfaces.into_iter().collect();
+    }
+
+    /// `interface`'s directions shaped with their state files' content (maps, settings), and
+    /// whether the health check that just ran on it passed. Directions keep their control
+    /// loop's numbers.
     pub fn checked(&self, interface: &str, states: Vec<(Direction, State)>, passed: bool) {
         let mut shared = self.lock();
         let directions: Vec<Published> = states
@@ -130,18 +154,27 @@ impl Monitor {
                 control: shared
                     .directions
                     .iter()
-                    .find(|p| p.direction == direction)
+                    .find(|p| p.interface == interface && p.direction == direction)
                     .map(|p| p.control.clone())
                     .unwrap_or_default(),
             })
             .collect();
-        shared.ready = passed && !directions.is_empty();
-        shared.directions = directions;
+        let passed = passed && !directions.is_empty();
+        shared.directions.retain(|p| p.interface != interface);
+        shared.directions.extend(directions);
+        shared.passed.insert(interface.to_string(), passed);
     }
 
-    /// Shaping ends: not ready any more (the interface is being restored).
+    /// `interface` is no longer shaped (let go, or restored).
+    pub fn forget(&self, interface: &str) {
+        let mut shared = self.lock();
+        shared.directions.retain(|p| p.interface != interface);
+        shared.passed.remove(interface);
+    }
+
+    /// Shaping ends: not ready any more (the interfaces are being restored).
     pub fn stopping(&self) {
-        self.lock().ready = false;
+        self.lock().stopping = true;
     }
 
     /// A tick of the control loop started `lateness` after it was due.
@@ -152,12 +185,18 @@ impl Monitor {
     }
 
     /// `direction`'s control loop ticked in `took`; `summary` is `None` when the tick failed.
-    pub fn ticked(&self, direction: Direction, summary: Option<&TickSummary>, took: Duration) {
+    pub fn ticked(
+        &self,
+        interface: &str,
+        direction: Direction,
+        summary: Option<&TickSummary>,
+        took: Duration,
+    ) {
         let mut shared = self.lock();
         let Some(p) = shared
             .directions
             .iter_mut()
-            .find(|p| p.direction == direction)
+            .find(|p| p.interface == interface && p.direction == direction)
         else {
             return;
         };
@@ -174,8 +213,9 @@ impl Monitor {
         }
     }
 
+    /// Every interface to shape is shaped and its last health check passed.
     pub fn ready(&self) -> bool {
-        self.lock().ready
+        self.lock().is_ready()
     }
 
     /// `Ok` while the process does its job: every shaped direction's maps are readable and the
@@ -206,7 +246,7 @@ impl Monitor {
             (
                 shared.directions.clone(),
                 shared.lateness.clone(),
-                shared.ready,
+                shared.is_ready(),
             )
         };
         let directions = published
