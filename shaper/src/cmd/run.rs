@@ -426,6 +426,15 @@ impl Supervisor {
             Default::default()
         };
         let wanted = self.plan.wanted(&links, &default_route);
+        if !self.follow {
+            // One interface: its changes and refusals as they are, without its name.
+            let Some(s) = self.shaped.first_mut() else {
+                return Ok(Vec::new());
+            };
+            let layer = wanted.into_values().next().unwrap_or_default();
+            let (next, settings) = s.source.reloaded(layer)?;
+            return change(s, next, &settings, &self.monitor);
+        }
         let mut done = Vec::new();
         let mut refused = Vec::new();
         for s in &mut self.shaped {
