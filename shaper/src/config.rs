@@ -315,7 +315,7 @@ fn in_range(what: &'static str, value: u32, min: u32, max: u32) -> Result<u32, C
 }
 
 /// How hosts are told apart and how much state is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StateParams {
     pub host_prefix_v4: u32,
     pub host_prefix_v6: u32,

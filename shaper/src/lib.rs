@@ -30,5 +30,6 @@ pub mod runtime;
 pub mod sampling;
 pub mod segmenter;
 pub mod shape;
+pub mod spares;
 pub mod stats;
 pub mod watch;

@@ -20,7 +20,7 @@ use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_name
 
 use crate::{
     bpf::{self, Datapath},
-    config::Settings,
+    config::{Settings, StateParams},
     deploy::{Context, Deployment, Part, repaired},
     filter::Hook,
     health::{self, Fault},
@@ -50,6 +50,16 @@ const MAX_DRAIN: Duration = Duration::from_secs(3);
 /// Shapes `iface`'s egress with `settings`, taking over (and in the end restoring) what a
 /// crashed predecessor recorded for it.
 pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment> {
+    apply_with(settings, iface, Datapath::load)
+}
+
+/// [`apply`] with the data path from `datapath` (a spare loaded ahead, `spares`), given the
+/// map sizing.
+pub fn apply_with(
+    settings: &Settings,
+    iface: Interface,
+    datapath: impl FnOnce(&StateParams) -> Result<Datapath, bpf::BpfError>,
+) -> anyhow::Result<Deployment> {
     let lock = InterfaceLock::acquire(&iface)?;
     let stale = runtime::read_state(&iface).unwrap_or_else(|e| {
         warn!("ignoring unreadable state: {e}");
@@ -71,7 +81,13 @@ pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment
     if let Some(seg) = stale.as_ref().and_then(|s| s.segmenter.as_ref()) {
         segmenter::clean_stale(&iface, seg)?;
     }
-    let mut datapath = Datapath::load(&settings.state)?;
+    let loading = Instant::now();
+    let mut datapath = datapath(&settings.state)?;
+    info!(
+        "{}: data path loaded in {} ms",
+        iface.name,
+        loading.elapsed().as_millis()
+    );
     datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
 
     let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
@@ -375,13 +391,15 @@ impl Part for Programs {
 
     fn restore(&mut self, cx: &mut Context) -> anyhow::Result<()> {
         let detached = cx.datapath.detach();
-        if !cx.gone {
-            drain(cx.datapath);
-            if self.clsact_added
-                && let Err(e) = qdisc::delete_clsact(cx.sock, cx.iface.ifindex)
-            {
-                warn!("removing clsact from {}: {e}", cx.iface.name);
-            }
+        if cx.gone {
+            // The device took its links and filters along: detaching from it can only fail.
+            return Ok(());
+        }
+        drain(cx.datapath);
+        if self.clsact_added
+            && let Err(e) = qdisc::delete_clsact(cx.sock, cx.iface.ifindex)
+        {
+            warn!("removing clsact from {}: {e}", cx.iface.name);
         }
         Ok(detached?)
     }

@@ -37,6 +37,7 @@ use crate::{
     metrics::{self, Direction, status::Monitor},
     netlink::Socket,
     probe, runtime, shape,
+    spares::Spares,
 };
 
 #[derive(Debug, clap::Args)]
@@ -87,6 +88,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         failed: BTreeMap::new(),
         monitor: monitor.clone(),
         sock: Socket::open()?,
+        spares: Spares::default(),
     };
     let served = runtime.block_on(supervisor.serve(signals));
     monitor.stopping();
@@ -144,6 +146,9 @@ struct Supervisor {
     failed: BTreeMap<String, (u32, Settings)>,
     monitor: Monitor,
     sock: Socket,
+    /// Data paths loaded ahead, so that an interface that appears is shaped at once (only
+    /// while the interfaces follow the system).
+    spares: Spares,
 }
 
 impl Supervisor {
@@ -258,11 +263,17 @@ impl Supervisor {
             {
                 continue;
             }
-            match shape_one(source, &settings) {
+            let started = Instant::now();
+            let spares = self.follow.then_some(&mut self.spares);
+            match shape_one(source, &settings, spares) {
                 Ok(mut shaped) => {
                     self.failed.remove(name);
                     publish(&self.monitor, &mut shaped, true);
-                    done.push(format!("{name}: shaped ({})", settings.describe()));
+                    done.push(format!(
+                        "{name}: shaped in {} ms ({})",
+                        started.elapsed().as_millis(),
+                        settings.describe()
+                    ));
                     self.shaped.push(shaped);
                 }
                 Err(e) if !self.follow => return Err(e),
@@ -274,6 +285,25 @@ impl Supervisor {
                     self.failed
                         .insert(name.clone(), (link.ifindex, settings.clone()));
                 }
+            }
+        }
+        if self.follow {
+            // A spare for each map sizing the wanted interfaces use.
+            let sizings: Vec<_> = wanted
+                .values()
+                .filter_map(|layer| {
+                    Source::with_file(
+                        self.plan.command_line().clone(),
+                        self.plan.path(),
+                        layer.clone(),
+                    )
+                    .ok()
+                })
+                .map(|(_, settings)| settings.state)
+                .collect();
+            self.spares.keep_only(&sizings);
+            for sizing in &sizings {
+                self.spares.prepare(sizing);
             }
         }
         self.monitor.configured(wanted.into_keys());
@@ -491,10 +521,18 @@ impl Supervisor {
     }
 }
 
-/// Shapes the interface `settings` name, and opens its control socket.
-fn shape_one(source: Source, settings: &Settings) -> anyhow::Result<Shaped> {
+/// Shapes the interface `settings` name (with a spare data path if there are `spares`), and
+/// opens its control socket.
+fn shape_one(
+    source: Source,
+    settings: &Settings,
+    spares: Option<&mut Spares>,
+) -> anyhow::Result<Shaped> {
     let iface = Interface::lookup(&settings.iface)?;
-    let mut deployment = shape::apply(settings, iface)?;
+    let mut deployment = match spares {
+        Some(spares) => shape::apply_with(settings, iface, |state| spares.take(state))?,
+        None => shape::apply(settings, iface)?,
+    };
     // A failure from here on drops the deployment, which restores the interface.
     ingress::start(settings, &mut deployment)?;
     let path = runtime::control_socket_path(deployment.iface());
