@@ -283,3 +283,69 @@ fn sample(p: Published, top_hosts: usize) -> Result<DirectionSample, BpfError> {
         top_hosts,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{AttachMode, MapIds};
+
+    fn state(iface: &str) -> State {
+        State {
+            pid: 1,
+            iface: iface.into(),
+            ifindex: 2,
+            rate_bps: 1_000_000,
+            horizon_ns: 2_000_000_000,
+            isolation: "triple-isolate".into(),
+            diffserv: "besteffort".into(),
+            started_unix_s: 0,
+            starting: false,
+            attach: AttachMode::Tcx,
+            clsact_added: false,
+            original: Default::default(),
+            original_gso: None,
+            ingress: None,
+            segmenter: None,
+            maps: MapIds {
+                config: 1,
+                stats: 2,
+                hosts: 3,
+                flows: 4,
+                host_rates: 5,
+                levels: 6,
+            },
+        }
+    }
+
+    #[test]
+    fn ready_when_every_configured_interface_is_shaped_and_passed() {
+        let m = Monitor::default();
+        assert!(!m.ready(), "nothing configured yet");
+        m.configured(["s0".to_string(), "s1".to_string()]);
+        m.checked("s0", vec![(Direction::Egress, state("s0"))], true);
+        assert!(!m.ready(), "s1 is not shaped");
+        m.checked("s1", vec![(Direction::Egress, state("s1"))], true);
+        assert!(m.ready());
+        // Each interface's directions are its own: a tick of s1's is not s0's.
+        m.ticked("s1", Direction::Egress, None, Duration::ZERO);
+        let failed = |i: &str| {
+            m.lock()
+                .directions
+                .iter()
+                .find(|p| p.interface == i)
+                .unwrap()
+                .control
+                .failed_ticks
+        };
+        assert_eq!((failed("s0"), failed("s1")), (0, 1));
+        m.checked("s1", vec![(Direction::Egress, state("s1"))], false);
+        assert!(!m.ready(), "s1 failed its check");
+        // s1 let go (gone, and no longer configured): ready on s0 alone.
+        m.forget("s1");
+        m.configured(["s0".to_string()]);
+        assert!(m.ready());
+        assert_eq!(m.lock().directions.len(), 1);
+        m.stopping();
+        assert!(!m.ready());
+    }
+}
