@@ -262,27 +262,45 @@ impl Datapath {
     /// packets leaving late, and charges the calendar for them (`shaper_common::lateness`).
     /// Needs the kernel's BTF for where the observer reads; it detaches with the data path.
     pub fn watch_dequeue(&mut self, ifindex: u32) -> Result<(), BpfError> {
-        let btf = crate::kernel_btf::KernelBtf::running()?;
         // Interface indexes are per namespace: ours is the one this process runs in.
         let watch = DequeueWatch {
             ifindex,
             netns_inum: std::fs::metadata("/proc/self/ns/net")
                 .map_err(BpfError::Netns)?
                 .ino() as u32,
-            ..crate::kernel_btf::dequeue_watch(&btf)?
+            ..dequeue_offsets()?
         };
         let name = map_names::DEQUEUE_WATCH;
         let mut array =
             Array::<_, DequeueWatch>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
         array.set(0, watch, 0).map_err(map_err(name))?;
-        let program: &mut RawTracePoint = self
+        self.load_dequeue()?;
+        self.dequeue_program()?.attach("qdisc_dequeue")?;
+        Ok(())
+    }
+
+    /// What [`Datapath::watch_dequeue`] needs that does not depend on the interface, done
+    /// ahead (a spare data path, `spares`): the kernel's offsets read and the observer verified.
+    pub fn prepare_dequeue(&mut self) -> Result<(), BpfError> {
+        dequeue_offsets()?;
+        self.load_dequeue()
+    }
+
+    /// Loads the dequeue observer unless it is loaded.
+    fn load_dequeue(&mut self) -> Result<(), BpfError> {
+        let program = self.dequeue_program()?;
+        if program.fd().is_err() {
+            program.load()?;
+        }
+        Ok(())
+    }
+
+    fn dequeue_program(&mut self) -> Result<&mut RawTracePoint, BpfError> {
+        Ok(self
             .ebpf
             .program_mut(program_names::DEQUEUE)
             .ok_or(BpfError::Missing(program_names::DEQUEUE))?
-            .try_into()?;
-        program.load()?;
-        program.attach("qdisc_dequeue")?;
-        Ok(())
+            .try_into()?)
     }
 
     /// The kernel's id of an attached program: the egress scheduler, or (with the ACK filter)
@@ -395,6 +413,19 @@ fn install_tail_calls(ebpf: &mut Ebpf) -> Result<(), BpfError> {
 /// 1M processed instructions, and how much a program costs the verifier changes from one
 /// kernel to the next (the scheduler takes three times as many on 6.12 as on 6.1), so the
 /// margin is worth seeing where shaper runs. The end-to-end tests hold it to a budget.
+/// The dequeue observer's offsets into the running kernel's structures, its BTF read once per
+/// process (parsing it takes a good part of a second under emulation; it does not change while
+/// the kernel runs).
+fn dequeue_offsets() -> Result<DequeueWatch, BpfError> {
+    static OFFSETS: std::sync::OnceLock<DequeueWatch> = std::sync::OnceLock::new();
+    if let Some(offsets) = OFFSETS.get() {
+        return Ok(*offsets);
+    }
+    let btf = crate::kernel_btf::KernelBtf::running()?;
+    let offsets = crate::kernel_btf::dequeue_watch(&btf)?;
+    Ok(*OFFSETS.get_or_init(|| offsets))
+}
+
 fn log_verifier_cost(ebpf: &mut Ebpf) {
     let counts: Vec<String> = program_names::ALL
         .iter()

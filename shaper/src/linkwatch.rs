@@ -10,6 +10,7 @@ use std::{
 };
 
 use tokio::io::unix::AsyncFd;
+use tracing::debug;
 
 use crate::{
     interfaces::Link,
@@ -199,6 +200,7 @@ impl Watcher {
     pub async fn changed(&mut self) -> io::Result<()> {
         let mut guard = self.fd.readable_mut().await?;
         let mut buf = vec![0u8; 64 * 1024];
+        let mut read = 0;
         loop {
             // SAFETY: receiving into a buffer we own, bounded by its length.
             let n = unsafe {
@@ -210,12 +212,14 @@ impl Watcher {
                 )
             };
             if n >= 0 {
+                read += 1;
                 continue;
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) => {
                     guard.clear_ready();
+                    debug!("links or routes changed ({read} notifications)");
                     return Ok(());
                 }
                 // Notifications were lost: the caller reads everything again anyway.

@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, thread::JoinHandle};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::{
     bpf::{BpfError, Datapath},
@@ -40,7 +40,7 @@ impl Spares {
             });
         let datapath = match spare {
             Some(datapath) => Ok(datapath),
-            None => Datapath::load(state),
+            None => load(state),
         };
         self.prepare(state);
         datapath
@@ -51,7 +51,7 @@ impl Spares {
         let state = *state;
         self.loading
             .entry(state)
-            .or_insert_with(|| std::thread::spawn(move || Datapath::load(&state)));
+            .or_insert_with(|| std::thread::spawn(move || load(&state)));
     }
 
     /// Drops the spares of sizings no interface uses any more (one still loading is dropped
@@ -59,4 +59,14 @@ impl Spares {
     pub fn keep_only(&mut self, used: &[StateParams]) {
         self.loading.retain(|state, _| used.contains(state));
     }
+}
+
+/// A data path loaded with its dequeue observer verified (shaping goes on without the observer
+/// when it cannot be had: `watch_dequeue` says so when the interface is shaped).
+fn load(state: &StateParams) -> Result<Datapath, BpfError> {
+    let mut datapath = Datapath::load(state)?;
+    if let Err(e) = datapath.prepare_dequeue() {
+        debug!("preparing the dequeue observer ahead: {e}");
+    }
+    Ok(datapath)
 }
