@@ -43,6 +43,9 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-metrics.sh"],
     // 20 rate changes by `shaper set` and 4 SIGHUP reloads under load and pings.
     &["tests/vm/e2e-live.sh"],
+    // Three interfaces in one `shaper run --config`, each at its own rate at once; one deleted
+    // and re-created, re-shaped within 1 s; a reload that adds and removes interfaces.
+    &["tests/vm/e2e-interfaces.sh"],
     // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
     // direction, beside CAKE.
     &["tests/vm/e2e-busy.sh"],
