@@ -10,6 +10,8 @@
 # - s2 deleted is let go; re-created, it is shaped again within RESHAPE_MS (polled in tc);
 # - a reload that drops s0's section and adds s3's restores s0 as found, shapes s3, and changes
 #   s2 in place (the same qdisc); `shaper set --iface s3` reaches s3 only;
+# - the default route moved from s1 to s3: s3 takes its section's settings in place, s1 is
+#   restored;
 # - /readyz answers 200 while every configured interface is shaped;
 # - SIGTERM leaves every interface as found.
 #
@@ -241,6 +243,22 @@ run "$SRC" shaper set --iface s3 --rate 14mbit >/tmp/set.out 2>&1 || fail "set o
 [ "$(setting s3 rate_bps)" = 14000000 ] && [ "$(setting s2 rate_bps)" = 18000000 ] &&
 	[ "$(setting s1 rate_bps)" = 12000000 ] || fail "shaper set --iface s3 did not reach s3 alone"
 [ "$(ready)" = 200 ] || fail "/readyz is not 200 after the reload"
+
+# The default route moves to s3: s3 is now the default-route section's (changed in place, its
+# `shaper set` dropped), and s1, which no section names any more, is restored as found.
+s3_root=$(run "$SRC" tc qdisc show dev s3 | awk '/ root/ { print $2 }')
+ip -n "$SRC" route replace default via 10.9.3.2 dev s3
+i=0
+while [ "$(setting s3 rate_bps)" != 12000000 ] || run "$SRC" shaper stats --iface s1 >/dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -gt 20 ] && { tail -5 /tmp/shaper.log >&2; fail "the default route's section did not follow it to s3"; }
+	sleep 0.1
+done
+[ "$(setting s3 isolation)" = flows ] || fail "s3 did not take the default route's section's isolation"
+[ "$(run "$SRC" tc qdisc show dev s3 | awk '/ root/ { print $2 }')" = "$s3_root" ] ||
+	fail "s3's qdisc was replaced, not changed in place"
+[ "$(qdisc_state s1)" = "$original_s1" ] || fail "s1 not restored when the default route left it"
+log "the default route moved to s3 in $((i * 100)) ms or less: $(grep -E 's1|s3' /tmp/shaper.log | tail -2 | tr '\n' ' ')"
 
 shaper_stop
 for n in 0 1 2 3; do

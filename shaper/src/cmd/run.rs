@@ -237,7 +237,10 @@ impl Supervisor {
         }
         self.failed.retain(|name, _| wanted.contains_key(name));
         for (name, layer) in &wanted {
-            if self.shaped.iter().any(|s| s.name() == name) {
+            if let Some(s) = self.shaped.iter_mut().find(|s| s.name() == name) {
+                if let Some(line) = follow_section(&self.plan, &self.monitor, s, layer) {
+                    done.push(line);
+                }
                 continue;
             }
             let Some(link) = links.iter().find(|l| &l.name == name) else {
@@ -519,6 +522,42 @@ impl Supervisor {
         }
         first.map_or(Ok(()), Err)
     }
+}
+
+/// Changes `shaped` in place when the section that names it is another one now (the
+/// default route moved to it, say), `layer` being its new file layer: as a reload would,
+/// its `shaper set` overrides dropped. A change it refuses is reported, and it keeps its
+/// settings. Returns what happened, if anything.
+fn follow_section(
+    plan: &Plan,
+    monitor: &Monitor,
+    shaped: &mut Shaped,
+    layer: &Options,
+) -> Option<String> {
+    let resolve = |layer: &Options| {
+        Source::with_file(plan.command_line().clone(), plan.path(), layer.clone())
+            .ok()
+            .map(|(_, settings)| settings)
+    };
+    if resolve(shaped.source.file()) == resolve(layer) {
+        return None;
+    }
+    let name = shaped.name().to_string();
+    let outcome = shaped
+        .source
+        .reloaded(layer.clone())
+        .map_err(anyhow::Error::from)
+        .and_then(|(next, settings)| change(shaped, next, &settings, monitor));
+    Some(match outcome {
+        Ok(changes) => format!(
+            "{name}: now named by another section: {}",
+            changes.join(", ")
+        ),
+        Err(e) => {
+            error!("{name}: now named by another section, whose settings it refuses: {e:#}");
+            format!("{name}: refused another section's settings: {e:#}")
+        }
+    })
 }
 
 /// Shapes the interface `settings` name (with a spare data path if there are `spares`), and
