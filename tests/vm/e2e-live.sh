@@ -6,7 +6,7 @@
 # grow; fq's limits follow the rate through `tc qdisc change`), nothing passes unshaped, and
 # from 200 ms after each change the device sends at the new rate within 2 %. A window short of
 # the rate is excused only when the machine stalled (the wire time shaper charged for it makes up
-# the shortfall) or the senders had nothing queued at times in it, and at most half of them may
+# the shortfall) or shaper had nothing scheduled ahead at times in it (the senders were the limit), and at most half of them may
 # be. A bad value and a setting that needs a restart are refused and change nothing.
 #
 # Usage: e2e-live.sh [CHANGES [RELOADS]]   (default: 20 4)
@@ -71,15 +71,14 @@ shaper_counts() {
 	echo "$dropped $(echo "$json" | json_num overrun_ns)"
 }
 
-# sample_queue_until MICROSECONDS: samples s0's root backlog every 100 ms until then; prints 1
-# if it was ever empty, else 0. An empty queue means the senders had nothing waiting: at that
-# moment they, not shaper, held the rate back.
+# sample_queue_until MICROSECONDS: samples shaper's backlog (how far ahead of now its latest
+# departure is scheduled) every 100 ms until then; prints 1 if it was ever empty, else 0. With
+# nothing scheduled ahead, shaper held nothing back at that moment: the senders (a TCP still
+# growing its window after a rise, or starved of CPU) were the limit, not the rate.
 sample_queue_until() {
 	emptied=0
 	while [ "$(now_us)" -lt "$1" ]; do
-		packets=$(run "$SRC" tc -s qdisc show dev s0 |
-			awk '/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; getline; print $3; exit }')
-		[ "$packets" = 0p ] && emptied=1
+		[ "$(run "$SRC" shaper stats --iface s0 --json | json_num backlog_ns)" = 0 ] && emptied=1
 		sleep 0.1
 	done
 	echo "$emptied"
@@ -106,14 +105,14 @@ rate_after() {
 	mbit=$(awk -v b=$((b_bytes - a_bytes)) -v t=$((b_us - a_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
 	ran=$(awk -v b=$((b_bytes - a_bytes)) -v t=$((b_us - a_us - stall_us)) 'BEGIN { printf "%.3f", b * 8 / t }')
 	err=$(awk -v m="$mbit" -v w="$want" 'BEGIN { d = (m - w) / w * 100; printf "%.2f", d }')
-	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms; $drops dropped, $((stall_us / 1000)) ms lost to stalls, queue emptied: $emptied"
+	log "$what: ${mbit} Mbit/s from ${SETTLE_MS} ms after (${err} %), answered in ${ANSWER_MS} ms; $drops dropped, $((stall_us / 1000)) ms lost to stalls, nothing ahead at times: $emptied"
 	echo "RESULT kernel=$(uname -r) change=\"$what\" rate_mbit=$want wire_mbit=$mbit error_pct=$err answer_ms=$ANSWER_MS dropped=$drops stall_ms=$((stall_us / 1000)) wire_mbit_without_stalls=$ran queue_emptied=$emptied"
 	if within "$mbit" "$want" "$TOLERANCE"; then
 		WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
 	elif awk -v m="$mbit" -v w="$want" 'BEGIN { exit !(m < w) }' && within "$ran" "$want" "$TOLERANCE"; then
 		STALLED="$STALLED; $what: $mbit Mbit/s, $ran without the $((stall_us / 1000)) ms of stalls"
 	elif awk -v m="$mbit" -v w="$want" 'BEGIN { exit !(m < w) }' && [ "$emptied" = 1 ]; then
-		SENDER_LIMITED="$SENDER_LIMITED; $what: $mbit Mbit/s, the queue empty at times"
+		SENDER_LIMITED="$SENDER_LIMITED; $what: $mbit Mbit/s, nothing scheduled ahead at times"
 	else
 		FAILURES="$FAILURES; $what: $mbit Mbit/s ($ran without stalls)"
 	fi
@@ -225,7 +224,7 @@ echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lo
 
 shaper_stop
 [ -z "$STALLED" ] || log "short of the rate while the machine stalled$STALLED"
-[ -z "$SENDER_LIMITED" ] || log "short of the rate while the senders had nothing queued$SENDER_LIMITED"
+[ -z "$SENDER_LIMITED" ] || log "short of the rate while shaper had nothing scheduled ahead$SENDER_LIMITED"
 [ -z "$FAILURES" ] || fail "the rate missed $TOLERANCE % after a change$FAILURES"
 [ $((2 * (stalled + sender_limited))) -le $((CHANGES + RELOADS)) ] ||
 	fail "more than half of the windows were short, excused by stalls or idle senders: the machine was too busy to judge"
