@@ -72,14 +72,14 @@ shaper_counts() {
 }
 
 # sample_queue_until MICROSECONDS: samples shaper's backlog (how far ahead of now its latest
-# departure is scheduled) every 100 ms until then; prints 1 if it was ever empty, else 0. With
+# departure is scheduled) every 250 ms until then (a report costs the emulated guest CPU); prints 1 if it was ever empty, else 0. With
 # nothing scheduled ahead, shaper held nothing back at that moment: the senders (a TCP still
 # growing its window after a rise, or starved of CPU) were the limit, not the rate.
 sample_queue_until() {
 	emptied=0
 	while [ "$(now_us)" -lt "$1" ]; do
 		[ "$(run "$SRC" shaper stats --iface s0 --json | json_num backlog_ns)" = 0 ] && emptied=1
-		sleep 0.1
+		sleep 0.25
 	done
 	echo "$emptied"
 }
