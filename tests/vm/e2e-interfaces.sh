@@ -258,7 +258,7 @@ done
 [ "$(run "$SRC" tc qdisc show dev s3 | awk '/ root/ { print $2 }')" = "$s3_root" ] ||
 	fail "s3's qdisc was replaced, not changed in place"
 [ "$(qdisc_state s1)" = "$original_s1" ] || fail "s1 not restored when the default route left it"
-log "the default route moved to s3 in $((i * 100)) ms or less: $(grep -E 's1|s3' /tmp/shaper.log | tail -2 | tr '\n' ' ')"
+log "the default route moved to s3, followed by poll $((i + 1)) (100 ms apart): $(grep -E 's1|s3' /tmp/shaper.log | tail -2 | tr '\n' ' ')"
 
 shaper_stop
 for n in 0 1 2 3; do
