@@ -31,10 +31,35 @@ pub fn ask(iface: &str, request: &Request) -> anyhow::Result<()> {
         }
         Response::Changed { changes } => {
             for change in changes {
-                println!("{iface}: {change}");
+                // A shaper of several interfaces names the one each change is on.
+                if names_an_interface(&change) {
+                    println!("{change}");
+                } else {
+                    println!("{iface}: {change}");
+                }
             }
         }
         Response::Error { message } => anyhow::bail!("{iface}: {message}"),
     }
     Ok(())
+}
+
+/// Whether `change` starts with the name of an interface (`eth1: rate: ...`), as the changes of
+/// a reload of several interfaces do, rather than with a setting's (`rate: ...`).
+fn names_an_interface(change: &str) -> bool {
+    change
+        .split_once(": ")
+        .is_some_and(|(first, _)| Interface::lookup(first).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_on_a_named_interface_is_printed_as_it_is() {
+        assert!(names_an_interface("lo: rate: 16Mbit -> 18Mbit"));
+        assert!(!names_an_interface("rate: 16Mbit -> 18Mbit"));
+        assert!(!names_an_interface("nothing"));
+    }
 }
