@@ -29,4 +29,5 @@ pub mod sampling;
 pub mod segmenter;
 pub mod shape;
 pub mod stats;
+pub mod tune;
 pub mod watch;
