@@ -20,6 +20,7 @@ pub mod live;
 pub mod mapmem;
 pub mod metrics;
 pub mod netlink;
+pub mod notify;
 pub mod probe;
 pub mod qdisc;
 pub mod record;

@@ -2,6 +2,7 @@
 
 use std::{path::PathBuf, time::Instant};
 
+use shaper_common::rate::DisplayRate;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, info, warn};
 
@@ -19,7 +20,7 @@ use crate::{
     },
     metrics::{self, Direction, status::Monitor},
     netlink::Socket,
-    probe, runtime, shape,
+    notify, probe, runtime, shape,
 };
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +74,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime.block_on(serve(&mut deployment, signals, live, &monitor))
     });
     monitor.stopping();
+    notify::stopping();
     // The parts go in reverse: the ingress first (its redirect, then its IFB), then the rest.
     let restored = deployment.teardown();
     served.and(restored)
@@ -133,6 +135,7 @@ async fn serve(
     let mut sock = Socket::open()?;
     let mut failed_checks = 0;
     publish(monitor, deployment, true);
+    notify::ready(&status(deployment));
     loop {
         tokio::select! {
             _ = sigterm.recv() => return Ok(()),
@@ -192,6 +195,9 @@ fn answer(
         Request::Set { .. } => "set",
         Request::Reload {} => "reload",
     };
+    if matches!(request, Request::Reload {}) {
+        notify::reloading();
+    }
     let response = match change(deployment, source, request, loops) {
         Ok(changes) => {
             let changed = if changes.is_empty() {
@@ -210,7 +216,24 @@ fn answer(
         }
     };
     publish(monitor, deployment, true);
+    if matches!(request, Request::Reload {}) {
+        notify::ready(&status(deployment));
+    }
     response
+}
+
+/// What `systemctl status` shows while shaper runs.
+fn status(deployment: &Deployment) -> String {
+    let settings = deployment.settings();
+    let mut status = format!(
+        "shaping {} at {}",
+        deployment.iface().name,
+        DisplayRate(settings.rate_bps)
+    );
+    if let Some(ingress) = settings.ingress.as_deref() {
+        status.push_str(&format!(", ingress at {}", DisplayRate(ingress.rate_bps)));
+    }
+    status
 }
 
 /// Applies what `request` asks for in place. The new settings are resolved (validated as at
