@@ -197,13 +197,6 @@ pub fn destination_slot(host_fields: u32, flags: u64, dst: &[u32; 4], tin: u8) -
     branchless::select((pair & newcomer) as u64, slot as u64, NO_SLOT as u64) as u32
 }
 
-/// The lead a sparse packet's limit is judged on: its host's guard clock, or the destination's
-/// guard (`destination_slot`) where that stands further ahead (0: none).
-#[inline(always)]
-pub fn guard_lead(host_clock: u64, destination_clock: u64) -> u64 {
-    branchless::max(host_clock, destination_clock)
-}
-
 /// The host guard's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Guarded {
@@ -607,8 +600,6 @@ mod tests {
             destination_slot(pair, host_flags::NEWCOMER, &victim, 1),
             destination_slot(pair, host_flags::NEWCOMER, &victim, 2)
         );
-        assert_eq!(guard_lead(5, 9), 9);
-        assert_eq!(guard_lead(9, 0), 9);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use shaper_common::{
     edt,
     isolation::{Isolation, fields},
     schedule::{self, Charge, Guarded},
-    sizing::{DESTINATION_GUARDS, FLOW_CREDIT_NS, ack_round_ns},
+    sizing::{FLOW_CREDIT_NS, ack_round_ns},
     stats::DropReason,
 };
 
@@ -31,7 +31,7 @@ use crate::{
     calendar,
     cb::{Notes, Word},
     clock::{self, Reserved},
-    ecn,
+    destination, ecn,
     parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
 };
 
@@ -44,11 +44,6 @@ static HOSTS: LruHashMap<FlowKey, HostState> = LruHashMap::with_max_entries(65_5
 
 #[map(name = "SHAPER_HOST_RATES")]
 static HOST_RATES: HashMap<FlowKey, HostRate> = HashMap::with_max_entries(65_536, 0);
-
-/// Guard clocks shared by the hosts without an allocation towards one destination
-/// (`schedule::destination_slot`), at their tin's newcomer level.
-#[map(name = "SHAPER_DESTINATIONS")]
-static DESTINATIONS: Array<u64> = Array::with_max_entries(DESTINATION_GUARDS, 0);
 
 #[map(name = "SHAPER_FLOWS")]
 static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_048_576, 0);
@@ -124,7 +119,7 @@ pub fn schedule(
     }
     // 5. The flow's clock, the ACK filter's answer, the host's guard.
     let clocks = match clocks(
-        config, host, flow, &paces, &stood, at, tcp_tstamp, &mut ahead, &mut jump,
+        config, &host_key, host, flow, &paces, &stood, at, tcp_tstamp, &mut ahead, &mut jump,
     ) {
         Ok(c) => c,
         Err(reason) => return Scheduled::Dropped(reason),
@@ -155,8 +150,6 @@ struct Paces {
     slack_ns: u64,
     /// A round at its flows' level, for a pure ACK charged one.
     round_ns: u64,
-    /// The destination's guard it also books (`schedule::destination_slot`; `NO_SLOT`: none).
-    destination: u32,
 }
 
 /// Phase 1: the host's entry, created if missing.
@@ -303,6 +296,7 @@ struct Clocks {
 #[inline(always)]
 fn clocks(
     config: &ShaperConfig,
+    host_key: &FlowKey,
     host: &mut HostState,
     flow: &mut FlowState,
     paces: &Paces,
@@ -337,7 +331,17 @@ fn clocks(
     let jumps = cb::jump::wanted(jump.read()) & branchless::below(at.now, want);
     jump.write(cb::jump::answer(jumps));
     ahead.insert(jumps as u32 * cb::ahead::AHEAD);
-    let guarded = guard(config, host, flow, paces, at, want, kept != 0, ahead)?;
+    let guarded = guard(
+        config,
+        host_key,
+        host,
+        flow,
+        paces,
+        at,
+        want,
+        kept != 0,
+        ahead,
+    )?;
     Ok(Clocks {
         want,
         contended,
@@ -346,13 +350,14 @@ fn clocks(
 }
 
 /// The host's guard (`schedule::guard`), for a host the control plane guards, and for a host
-/// without an allocation its destination's guard too (`Paces::destination`): the packet is held
+/// without an allocation its destination's guard too (`schedule::destination_slot`): the packet is held
 /// by whichever stands further ahead. A sparse packet of a host that booked past a flow's hard
 /// limit ahead of its allocation, or towards a destination whose newcomers did, is dropped
 /// before it books anything (`schedule::sparse_over_limit`).
 #[inline(always)]
 fn guard(
     config: &ShaperConfig,
+    host_key: &FlowKey,
     host: &mut HostState,
     flow: &FlowState,
     paces: &Paces,
@@ -368,21 +373,30 @@ fn guard(
     if paces.host_fp != 0 {
         // SAFETY: as for the flow clock; a stale read lets one packet more or less through.
         let host_clock = unsafe { core::ptr::read_volatile(&raw const host.clock_ns) };
-        let shared = destination_guard(paces.destination);
-        let shared_clock = match shared {
-            // SAFETY: as for the host's clock.
-            Some(c) => unsafe { core::ptr::read_volatile(c) },
-            None => 0,
-        };
-        let lead = schedule::guard_lead(host_clock, shared_clock);
-        if noted_sparse(ahead) && schedule::sparse_over_limit(lead, at.now, config.aqm.limit_ns) {
+        if noted_sparse(ahead)
+            && schedule::sparse_over_limit(host_clock, at.now, config.aqm.limit_ns)
+        {
             return Err(DropReason::Overlimit);
         }
         let tx_host = edt::tx_time_ns(at.wire, paces.host_fp);
-        let shared_start = match shared {
-            Some(c) => guard_start(c, at.now, tx_host),
-            None => 0,
-        };
+        let slot = schedule::destination_slot(
+            Isolation::from_u32(config.isolation)
+                .unwrap_or_default()
+                .host_fields(),
+            host.rates.flags,
+            &host_key.dst,
+            host_key.tin,
+        );
+        let shared_start = destination::book(
+            slot as u64,
+            at.now,
+            tx_host,
+            config.aqm.limit_ns,
+            noted_sparse(ahead) as u64,
+        );
+        if shared_start == destination::OVER_LIMIT {
+            return Err(DropReason::Overlimit);
+        }
         // SAFETY: as for the flow clock.
         match unsafe { clock::reserve(&raw mut host.clock_ns, at.now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
@@ -400,25 +414,6 @@ fn guard(
         }
     }
     Ok(guarded)
-}
-
-/// The destination's guard clock for a host that books one (`Paces::destination`).
-#[inline(always)]
-fn destination_guard(slot: u32) -> Option<*mut u64> {
-    if slot == schedule::NO_SLOT {
-        return None;
-    }
-    DESTINATIONS.get_ptr_mut(slot & (DESTINATION_GUARDS - 1))
-}
-
-/// Charges `tx` to the guard clock at `clock` and returns where its reservation starts.
-#[inline(always)]
-fn guard_start(clock: *mut u64, now: u64, tx: u64) -> u64 {
-    // SAFETY: a map value valid for the run.
-    match unsafe { clock::reserve(clock, now, 0, tx, u64::MAX, 0) } {
-        Reserved::At(start) | Reserved::AtContended(start) => start,
-        Reserved::BeyondHorizon => 0,
-    }
 }
 
 /// What phase 6 decided.
@@ -639,15 +634,11 @@ fn rates(
     let r = &host.rates;
     // Written without a branch; the host's flag is the word's `AHEAD` bit.
     ahead.write((r.flags & host_flags::AHEAD) as u32);
-    let host_fields = Isolation::from_u32(config.isolation)
-        .unwrap_or_default()
-        .host_fields();
     Paces {
         flow_fp: r.flow_ns_per_byte_fp,
         host_fp: r.host_ns_per_byte_fp,
         slack_ns: r.slack_ns,
         round_ns: r.ack_round_ns,
-        destination: schedule::destination_slot(host_fields, r.flags, &host_key.dst, tin),
     }
 }
 
