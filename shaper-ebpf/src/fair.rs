@@ -671,7 +671,7 @@ fn read_rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> HostRate {
         newcomer => HostRate {
             flow_ns_per_byte_fp: newcomer,
             host_ns_per_byte_fp: newcomer,
-            flags: goes_ahead * host_flags::AHEAD | host_flags::NEWCOMER,
+            flags: (goes_ahead * host_flags::AHEAD) | host_flags::NEWCOMER,
             slack_ns: slack,
             ack_round_ns: ack_round_ns(config, newcomer),
         },
