@@ -183,8 +183,8 @@ pub const NO_SLOT: u32 = u32::MAX;
 /// a host of its own, each at the newcomer level, and together they would take a share per
 /// source. Held by the destination's guard at that level, they take one, as CAKE's
 /// triple-isolate counts the victim once; newcomers towards other destinations are not held
-/// by it. Where the host is one side only, the host is the destination or its guard already
-/// holds it.
+/// by it. Where the host is one side only, it is the destination itself (its own guard holds
+/// its newcomers) or the source, which CAKE also counts once per source.
 #[inline(always)]
 pub fn destination_slot(host_fields: u32, flags: u64, dst: &[u32; 4], tin: u8) -> u32 {
     let pair = (host_fields & (fields::SRC_HOST | fields::SRC_ADDR) != 0)
