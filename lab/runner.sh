@@ -75,6 +75,15 @@ lab_shaper() {
 	done
 }
 
+# lab_tune NS: `shaper tune --apply` in NS (its TCP settings; the namespace, and with it the
+# settings, goes when the run ends); what it changed is kept in tune-NS.log.
+lab_tune() {
+	if ! ip netns exec "$1" "$(lab_shaper_bin)" tune --apply >"tune-$1.log" 2>&1; then
+		lab_failed "shaper tune --apply in $1: $(tr '\n' ' ' <"tune-$1.log")"
+		exit 1
+	fi
+}
+
 # lab_ifb NS DEV IFB: redirects what DEV receives to a new IFB, whose egress a qdisc then
 # shapes (sqm-scripts' ingress setup).
 lab_ifb() {

@@ -482,6 +482,17 @@ fn shapers(p: &mut String, s: &Scenario, c: &Contender) {
         w.extend(ingress.into_iter().flat_map(|i| i.options.iter().cloned()));
         line(p, &w);
     }
+    if c.tune {
+        let mut namespaces: Vec<String> = c
+            .placements
+            .iter()
+            .map(|pl| location(s, &pl.at).0)
+            .collect();
+        namespaces.dedup();
+        for ns in namespaces {
+            line(p, &["lab_tune".into(), ns]);
+        }
+    }
 }
 
 /// Per-namespace TCP settings of the hosts, where their connections are opened.
@@ -756,6 +767,29 @@ mod tests {
         ));
         assert!(plan.contains("lab_do ip netns exec h-a sysctl -qw net.ipv4.tcp_ecn=1"));
         assert!(!plan.contains("s-server sysctl"));
+        assert!(!plan.contains("lab_tune"));
+        let tuned = text.replace(
+            "kind = \"shaper\"",
+            "kind = \"shaper\"\n            tune = true",
+        );
+        let tuned = scenario::parse(&tuned, "t", tuned.as_bytes()).unwrap();
+        let plan = generate(&tuned, &tuned.contenders[0]);
+        let shaper = plan.find("lab_shaper s-server").unwrap();
+        let tune = plan.find("lab_tune s-server\n").unwrap();
+        let traffic = plan.find("lab_server s-server").unwrap();
+        assert!(
+            shaper < tune && tune < traffic,
+            "tuned after shaping, before the traffic"
+        );
+        let cake = text.replace(
+            "kind = \"shaper\"",
+            "kind = \"cake\"\n            tune = true",
+        );
+        let e = scenario::parse(&cake, "t", cake.as_bytes()).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("tune = true is shaper's"),
+            "{e:#}"
+        );
     }
 
     #[test]

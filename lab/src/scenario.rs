@@ -74,6 +74,8 @@ struct ContenderFile {
     #[serde(default)]
     options: Vec<String>,
     on: Vec<PlacementFile>,
+    #[serde(default)]
+    tune: bool,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +285,9 @@ pub struct Contender {
     /// For a shaper contender, the file beside the plans that runs instead of the `shaper` on
     /// the VM's PATH: a baseline build (`lab run --baseline`).
     pub binary: Option<String>,
+    /// `shaper tune --apply` in each namespace the contender shapes in, before the traffic:
+    /// its connections then use the host settings shaper advises (`tune = true`).
+    pub tune: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -559,6 +564,11 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
                 options: p.options,
             });
         }
+        ensure!(
+            !c.tune || c.kind == Kind::Shaper,
+            "contender {}: tune = true is shaper's (`shaper tune --apply`)",
+            c.name
+        );
         if c.kind == Kind::Shaper {
             // One shaper per interface: its ingress is `--ingress-rate` of the shaper that
             // shapes the interface's egress.
@@ -586,6 +596,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
             options: c.options,
             placements,
             binary: None,
+            tune: c.tune,
         });
     }
     ensure!(

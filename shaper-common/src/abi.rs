@@ -214,6 +214,11 @@ pub mod host_flags {
     /// bookings, which those hosts made at allocations that counted it at what it used, until
     /// the next tick measures it again.
     pub const AHEAD: u64 = 1;
+    /// Set by the data path only, in its copy of the rates (`HostState::rates`): the host has no
+    /// allocation of its own and runs at its tin's newcomer level. Where a host is a (source,
+    /// destination) pair, all such hosts towards one destination share one more guard at that
+    /// level (`schedule::destination_slot`).
+    pub const NEWCOMER: u64 = 2;
 }
 
 /// Global values of the control loop (array, one entry), written by the control plane.

@@ -18,7 +18,12 @@
 //! Every function is branch-free arithmetic where the data path needs one verifier path (see
 //! `branchless`); flags are 0 or 1 as `u64`.
 
-use crate::{abi::LENT, ackfilter, branchless, edt};
+use crate::{
+    abi::{LENT, host_flags},
+    ackfilter, branchless, edt,
+    isolation::fields,
+    sizing::DESTINATION_GUARDS,
+};
 
 /// Buckets that absorb a host's new flows beyond its per-epoch quota.
 pub const OVERFLOW_BUCKETS: u16 = 16;
@@ -168,6 +173,30 @@ pub const fn sparse_over_limit(host_clock: u64, now: u64, limit_ns: u64) -> bool
     host_clock > now + limit_ns
 }
 
+/// No destination guard (`destination_slot`).
+pub const NO_SLOT: u32 = u32::MAX;
+
+/// The guard a host without an allocation of its own (`host_flags::NEWCOMER` in `flags`)
+/// shares with every such host towards its destination `dst` (its key's destination field) in
+/// tin `tin`: a slot of `DESTINATION_GUARDS`, or [`NO_SLOT`]. Only where a host is a (source,
+/// destination) pair (`host_fields` has both): there every spoofed source towards one victim is
+/// a host of its own, each at the newcomer level, and together they would take a share per
+/// source. Held by the destination's guard at that level, they take one, as CAKE's
+/// triple-isolate counts the victim once; newcomers towards other destinations are not held
+/// by it. Where the host is one side only, it is the destination itself (its own guard holds
+/// its newcomers) or the source, which CAKE also counts once per source.
+#[inline(always)]
+pub fn destination_slot(host_fields: u32, flags: u64, dst: &[u32; 4], tin: u8) -> u32 {
+    let pair = (host_fields & (fields::SRC_HOST | fields::SRC_ADDR) != 0)
+        & (host_fields & (fields::DST_HOST | fields::DST_ADDR) != 0);
+    let newcomer = flags & host_flags::NEWCOMER != 0;
+    let mixed = (dst[0] ^ dst[1].rotate_left(8) ^ dst[2].rotate_left(16) ^ dst[3].rotate_left(24))
+        .wrapping_add(tin as u32)
+        .wrapping_mul(0x9E37_79B1);
+    let slot = mixed >> (32 - DESTINATION_GUARDS.trailing_zeros());
+    branchless::select((pair & newcomer) as u64, slot as u64, NO_SLOT as u64) as u32
+}
+
 /// The host guard's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Guarded {
@@ -309,6 +338,7 @@ pub fn recent_on_wire(
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -514,6 +544,62 @@ mod tests {
         assert_eq!(on_wire_estimate(LENT | 5, 1, 9), LENT | 9);
         assert_eq!(on_wire_estimate(LENT | 9, 1, 5), LENT | 9);
         assert_eq!(on_wire_estimate(7, 0, 9), 7);
+    }
+
+    #[test]
+    fn newcomers_share_their_destinations_guard_only_where_a_host_is_a_pair() {
+        use crate::isolation::Isolation;
+        let pair = Isolation::TripleIsolate.host_fields();
+        let victim = [0x0500_090a, 0, 0, 0];
+        let slot = destination_slot(pair, host_flags::NEWCOMER, &victim, 0);
+        assert!(slot < DESTINATION_GUARDS);
+        // Every source towards it shares that slot; a host with an allocation books none.
+        assert_eq!(
+            destination_slot(pair, host_flags::NEWCOMER | host_flags::AHEAD, &victim, 0),
+            slot
+        );
+        assert_eq!(
+            destination_slot(pair, host_flags::AHEAD, &victim, 0),
+            NO_SLOT
+        );
+        assert_eq!(
+            destination_slot(
+                Isolation::Hosts.host_fields(),
+                host_flags::NEWCOMER,
+                &victim,
+                0
+            ),
+            slot
+        );
+        // Where a host is one side only, none.
+        for mode in [
+            Isolation::DualDstHost,
+            Isolation::DualSrcHost,
+            Isolation::Flows,
+        ] {
+            let f = mode.host_fields();
+            assert_eq!(
+                destination_slot(f, host_flags::NEWCOMER, &victim, 0),
+                NO_SLOT
+            );
+        }
+        // Destinations and tins spread over the slots.
+        let mut seen = std::collections::BTreeSet::new();
+        for d in 0..256u32 {
+            let dst = [0x0000_090a | (d << 24), 0, 0, 0];
+            seen.insert(destination_slot(pair, host_flags::NEWCOMER, &dst, 0));
+        }
+        assert!(
+            seen.len() > 200,
+            "{} slots for 256 destinations",
+            seen.len()
+        );
+        let v6 = [0x0db8_0120, 0, 0, 0x0100_0000];
+        assert!(destination_slot(pair, host_flags::NEWCOMER, &v6, 2) < DESTINATION_GUARDS);
+        assert_ne!(
+            destination_slot(pair, host_flags::NEWCOMER, &victim, 1),
+            destination_slot(pair, host_flags::NEWCOMER, &victim, 2)
+        );
     }
 
     #[test]

@@ -8,6 +8,11 @@ use crate::abi::{HostRate, Levels, ShaperConfig};
 pub const CALENDAR_BINS: u32 = 4096;
 pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
 
+/// Guards shared by the newcomers towards one destination (a power of two): a destination's
+/// slot is a hash of its address and tin (`schedule::destination_slot`). Two destinations that
+/// share a slot share their newcomers' guard until the control plane measures them.
+pub const DESTINATION_GUARDS: u32 = 1024;
+
 /// The longest gap a flow's clock catches up (see `edt::reserve`): a TCP Small Queues
 /// completion or a scheduling delay, not an idle period.
 pub const FLOW_CREDIT_NS: u64 = 2_000_000;

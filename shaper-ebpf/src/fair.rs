@@ -31,7 +31,7 @@ use crate::{
     calendar,
     cb::{Notes, Word},
     clock::{self, Reserved},
-    ecn,
+    destination, ecn,
     parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
 };
 
@@ -119,7 +119,7 @@ pub fn schedule(
     }
     // 5. The flow's clock, the ACK filter's answer, the host's guard.
     let clocks = match clocks(
-        config, host, flow, &paces, &stood, at, tcp_tstamp, &mut ahead, &mut jump,
+        config, &host_key, host, flow, &paces, &stood, at, tcp_tstamp, &mut ahead, &mut jump,
     ) {
         Ok(c) => c,
         Err(reason) => return Scheduled::Dropped(reason),
@@ -296,6 +296,7 @@ struct Clocks {
 #[inline(always)]
 fn clocks(
     config: &ShaperConfig,
+    host_key: &FlowKey,
     host: &mut HostState,
     flow: &mut FlowState,
     paces: &Paces,
@@ -330,7 +331,17 @@ fn clocks(
     let jumps = cb::jump::wanted(jump.read()) & branchless::below(at.now, want);
     jump.write(cb::jump::answer(jumps));
     ahead.insert(jumps as u32 * cb::ahead::AHEAD);
-    let guarded = guard(config, host, flow, paces, at, want, kept != 0, ahead)?;
+    let guarded = guard(
+        config,
+        host_key,
+        host,
+        flow,
+        paces,
+        at,
+        want,
+        kept != 0,
+        ahead,
+    )?;
     Ok(Clocks {
         want,
         contended,
@@ -338,12 +349,15 @@ fn clocks(
     })
 }
 
-/// The host's guard (`schedule::guard`), for a host the control plane guards. A sparse packet
-/// of a host that booked past a flow's hard limit ahead of its allocation is dropped before it
-/// books anything (`schedule::sparse_over_limit`).
+/// The host's guard (`schedule::guard`), for a host the control plane guards, and for a host
+/// without an allocation its destination's guard too (`schedule::destination_slot`): the packet is held
+/// by whichever stands further ahead. A sparse packet of a host that booked past a flow's hard
+/// limit ahead of its allocation, or towards a destination whose newcomers did, is dropped
+/// before it books anything (`schedule::sparse_over_limit`).
 #[inline(always)]
 fn guard(
     config: &ShaperConfig,
+    host_key: &FlowKey,
     host: &mut HostState,
     flow: &FlowState,
     paces: &Paces,
@@ -365,12 +379,30 @@ fn guard(
             return Err(DropReason::Overlimit);
         }
         let tx_host = edt::tx_time_ns(at.wire, paces.host_fp);
+        let slot = schedule::destination_slot(
+            Isolation::from_u32(config.isolation)
+                .unwrap_or_default()
+                .host_fields(),
+            host.rates.flags,
+            &host_key.dst,
+            host_key.tin,
+        );
+        let shared_start = destination::book(
+            slot as u64,
+            at.now,
+            tx_host,
+            config.aqm.limit_ns,
+            noted_sparse(ahead) as u64,
+        );
+        if shared_start == destination::OVER_LIMIT {
+            return Err(DropReason::Overlimit);
+        }
         // SAFETY: as for the flow clock.
         match unsafe { clock::reserve(&raw mut host.clock_ns, at.now, 0, tx_host, u64::MAX, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
                 guarded = schedule::guard(
                     want,
-                    start,
+                    branchless::max(start, shared_start),
                     paces.slack_ns,
                     noted_sparse(ahead),
                     kept,
@@ -639,7 +671,7 @@ fn read_rates(host_key: &FlowKey, config: &ShaperConfig, tin: u8) -> HostRate {
         newcomer => HostRate {
             flow_ns_per_byte_fp: newcomer,
             host_ns_per_byte_fp: newcomer,
-            flags: goes_ahead * host_flags::AHEAD,
+            flags: (goes_ahead * host_flags::AHEAD) | host_flags::NEWCOMER,
             slack_ns: slack,
             ack_round_ns: ack_round_ns(config, newcomer),
         },

@@ -18,6 +18,7 @@ mod calendar;
 mod cb;
 mod clock;
 mod dequeue;
+mod destination;
 mod ecn;
 mod fair;
 mod parse;

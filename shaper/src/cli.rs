@@ -42,4 +42,8 @@ pub enum Command {
     /// settings that help it; each check passes, warns or fails with a remedy. Exits 1 when a
     /// check failed.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Show the host settings advised for a machine sending through a shaper (fq as the
+    /// default qdisc, BBR, a bounded unsent queue per socket) and what would change; --apply
+    /// sets them, --persist keeps them across reboots, --revert undoes both.
+    Tune(cmd::tune::TuneArgs),
 }

@@ -206,15 +206,19 @@ impl Controller {
         self.epoch += 1;
 
         let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
-        // Hosts the data path evicted: an entry created again starts from zero counters.
-        let evicted: Vec<FlowKey> = self
+        // Hosts the data path evicted: an entry created again starts from zero counters. Only
+        // a host whose levels were written has a rate to remove: a flood of spoofed sources
+        // evicts hundreds of hosts a tick that never had one, a system call each.
+        let evicted: Vec<(FlowKey, bool)> = self
             .seen
-            .keys()
-            .filter(|k| !current.contains_key(k))
-            .copied()
+            .iter()
+            .filter(|(k, _)| !current.contains_key(k))
+            .map(|(k, seen)| (*k, seen.measured))
             .collect();
-        for key in evicted {
-            dp.remove_host_rate(&key)?;
+        for (key, measured) in evicted {
+            if measured {
+                dp.remove_host_rate(&key)?;
+            }
             self.seen.remove(&key);
         }
         let mut active: Vec<(FlowKey, HostSample)> = Vec::new();

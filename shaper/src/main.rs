@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Reload(args) => done(cmd::reload::run(args)),
         Command::Reset(args) => done(cmd::reset::run(args)),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Tune(args) => done(cmd::tune::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -25,6 +25,9 @@
 #   - every established host receives at least SHARE % of its fair share;
 #   - every packet the device sent was stamped by shaper or passed unshaped (lib.sh's
 #     accounting_fault);
+#   - the device never sends faster than the rate: its bytes over the phase's middle (from 2 s
+#     after the hosts start to 1 s before they stop, flood running throughout) over that time
+#     stay within WIRE_OVER % of RATE (the two counters are read a process start apart);
 #   - the control loop's longest tick (`shaper stats`: max_tick_us) stays under its 100 ms
 #     interval, and none of its ticks fails (shaper logs each failure);
 #   - memory stays bounded: what the kernel charges the shaper process for its maps and
@@ -39,6 +42,7 @@ SECS=${E2E_SECONDS:-8}
 MAX_HOSTS=${FLOODS_MAX_HOSTS:-512}
 MAX_FLOWS=${FLOODS_MAX_FLOWS:-4096}
 SHARE=95
+WIRE_OVER=2
 TICK_LIMIT_US=100000
 RSS_GROWTH_KIB=16384
 HOSTS="10.9.0.2 10.9.0.3 10.9.0.4"
@@ -72,6 +76,19 @@ flood_args() {
 	esac
 }
 
+# wire_mbit: the rate s0 (in src) sends at over the phase's middle, from its own counters: from
+# 2 s in to 1 s before the hosts' end. Goodput hides an overrun the flood takes; the device's
+# bytes are the aggregate itself.
+wire_mbit() {
+	sleep 2
+	b0=$(tx_bytes "$SRC" s0)
+	t0=$(now_ms)
+	sleep $((SECS - 3))
+	b1=$(tx_bytes "$SRC" s0)
+	t1=$(now_ms)
+	awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.2f\n", b * 8 / t / 1000 }'
+}
+
 # fair_share: the goodput share of an established host in this $phase, the flood one host.
 fair_share() {
 	awk -v r="$RATE" -v d="$flood_mbit" -v p="$phase" -v e="$efficiency" 'BEGIN {
@@ -103,7 +120,12 @@ for phase in $PHASES; do
 		run "$SRC" iperf3 -c "$a" -p 5301 -t "$SECS" -O 1 -P 2 --format m >"/tmp/floods-$a.out" 2>&1 &
 		clients="$clients $!"
 	done
-	wait $clients
+	wire_mbit >/tmp/floods-wire &
+	sampler=$!
+	wait $clients $sampler
+	wire=$(cat /tmp/floods-wire)
+	awk -v w="$wire" -v r="$RATE" -v o="$WIRE_OVER" 'BEGIN { exit !(w > r * (1 + o / 100)) }' &&
+		failed="$failed; $phase: the device sent at $wire Mbit/s, above the rate $RATE"
 	if [ "$phase" != none ]; then
 		wait "$flood_pid"
 		flood_pid=
@@ -122,6 +144,9 @@ for phase in $PHASES; do
 	stats=$(run "$SRC" shaper stats --iface s0 --json)
 	tick=$(echo "$stats" | json_num tick_us)
 	max_tick=$(echo "$stats" | json_num max_tick_us)
+	# The data path's cumulative counters (passes without state, the calendar's debts), for
+	# what an overrun or a short share came from.
+	echo "$phase: stats $(echo "$stats" | tr -d ' \n')"
 	hosts_n=$(echo "$maps" | map_entries SHAPER_HOSTS)
 	flows_n=$(echo "$maps" | map_entries SHAPER_FLOWS)
 	rates_n=$(echo "$maps" | map_entries SHAPER_HOST_RATES)
@@ -140,8 +165,8 @@ for phase in $PHASES; do
 			failed="$failed; $phase: a host received $v Mbit/s, below $SHARE % of its fair share $share"
 	done
 	kept=$(kept "$share")
-	log "$phase: flood offered $flood_mbit Mbit/s; hosts received$got Mbit/s (fair share $share: kept $kept); maps: $hosts_n/$MAX_HOSTS hosts, $rates_n host rates, $flows_n/$MAX_FLOWS flows; tick $tick us, longest $max_tick us; RSS $rss KiB, memlock $lock KiB"
-	echo "RESULT kernel=$(uname -r) phase=$phase rate_mbit=$RATE flood_offered_mbit=$flood_mbit efficiency=$efficiency fair_share_mbit=$share hosts_mbit=$(echo $got | tr ' ' ,) kept=$kept hosts_in_map=$hosts_n max_hosts=$MAX_HOSTS flows_in_map=$flows_n max_flows=$MAX_FLOWS max_tick_us=$max_tick rss_kib=$rss memlock_kib=$lock"
+	log "$phase: flood offered $flood_mbit Mbit/s; device sent $wire Mbit/s; hosts received$got Mbit/s (fair share $share: kept $kept); maps: $hosts_n/$MAX_HOSTS hosts, $rates_n host rates, $flows_n/$MAX_FLOWS flows; tick $tick us, longest $max_tick us; RSS $rss KiB, memlock $lock KiB"
+	echo "RESULT kernel=$(uname -r) phase=$phase rate_mbit=$RATE flood_offered_mbit=$flood_mbit wire_mbit=$wire efficiency=$efficiency fair_share_mbit=$share hosts_mbit=$(echo $got | tr ' ' ,) kept=$kept hosts_in_map=$hosts_n max_hosts=$MAX_HOSTS flows_in_map=$flows_n max_flows=$MAX_FLOWS max_tick_us=$max_tick rss_kib=$rss memlock_kib=$lock"
 	case $failed in *"$phase: a host"*)
 		echo "$phase: the busiest hosts after the flood:"
 		run "$SRC" shaper stats --iface s0 --hosts --top 6 ;;

@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use crate::{cache_dir, run_quiet, run_status};
 
 /// Debian packages: the VM (qemu, busybox, cpio, module decompressors) and the tools the VM
-/// and the lab run (iproute2, iperf3, ping, dash, ethtool, bpftool), fonts for the lab's plots.
+/// and the lab run (iproute2, iperf3, ping, dash, procps, ethtool, bpftool), systemd's
+/// systemd-analyze for the unit file's test, fonts for the lab's plots.
 const PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
@@ -21,6 +22,8 @@ const PACKAGES: &[&str] = &[
     "iputils-ping",
     "dash",
     "bash",
+    "procps",
+    "systemd",
     "ethtool",
     "bpftool",
     "file",

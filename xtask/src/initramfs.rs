@@ -47,9 +47,11 @@ const OPTIONAL_MODULES: &[&str] = &[
     "tcp_dctcp",
 ];
 
-/// Real tools from the host (busybox's applets are not iproute2, iperf3 or a full ping).
+/// Real tools from the host (busybox's applets are not iproute2, iperf3, a full ping or procps'
+/// sysctl, which reads sysctl.d files as the host's boot does).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
+    "sysctl",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

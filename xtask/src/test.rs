@@ -41,6 +41,8 @@ const VM_SCRIPTS: &[&[&str]] = &[
     // `shaper doctor` where every piece is there: TCX on 6.12, the netlink fallback on 6.1.
     &["tests/vm/doctor.sh"],
     &["tests/vm/e2e-metrics.sh"],
+    // `shaper tune`: dry run, --apply, --persist (read back by procps' sysctl), --revert.
+    &["tests/vm/tune.sh"],
     // 20 rate changes by `shaper set` and 4 SIGHUP reloads under load and pings.
     &["tests/vm/e2e-live.sh"],
     // Three interfaces in one `shaper run --config`, each at its own rate at once; one deleted

@@ -7,3 +7,4 @@ pub mod reset;
 pub mod run;
 pub mod set;
 pub mod stats;
+pub mod tune;

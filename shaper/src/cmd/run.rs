@@ -17,6 +17,7 @@
 
 use std::{collections::BTreeMap, future::poll_fn, path::PathBuf, task::Poll, time::Instant};
 
+use shaper_common::rate::DisplayRate;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
@@ -36,7 +37,7 @@ use crate::{
     },
     metrics::{self, Direction, status::Monitor},
     netlink::Socket,
-    probe, runtime, shape,
+    notify, probe, runtime, shape,
     spares::Spares,
 };
 
@@ -92,6 +93,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let served = runtime.block_on(supervisor.serve(signals));
     monitor.stopping();
+    notify::stopping();
     let restored = {
         let _runtime = runtime.enter();
         supervisor.restore_all()
@@ -168,6 +170,7 @@ impl Supervisor {
             None
         };
         self.reconcile()?;
+        notify::ready(&self.status());
         let mut tick = tokio::time::interval(control::INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut check = tokio::time::interval(health::INTERVAL);
@@ -393,7 +396,12 @@ impl Supervisor {
                     message: "set needs an interface".into(),
                 };
             }
-            (Request::Reload {}, _) => ("reload", self.reload()),
+            (Request::Reload {}, _) => {
+                notify::reloading();
+                let outcome = self.reload();
+                notify::ready(&self.status());
+                ("reload", outcome)
+            }
         };
         let response = match outcome {
             Ok(changes) => {
@@ -497,6 +505,26 @@ impl Supervisor {
             };
             anyhow::bail!("refused: {}{applied}", refused.join("; "))
         }
+    }
+
+    /// What `systemctl status` shows while shaper runs: each interface and its rates.
+    fn status(&self) -> String {
+        if self.shaped.is_empty() {
+            return "no configured interface is present yet".into();
+        }
+        let each: Vec<String> = self
+            .shaped
+            .iter()
+            .map(|s| {
+                let settings = s.deployment.settings();
+                let mut status = format!("{} at {}", s.name(), DisplayRate(settings.rate_bps));
+                if let Some(ingress) = settings.ingress.as_deref() {
+                    status.push_str(&format!(", ingress at {}", DisplayRate(ingress.rate_bps)));
+                }
+                status
+            })
+            .collect();
+        format!("shaping {}", each.join("; "))
     }
 
     /// Restores every interface, the last shaped first; the first error is returned, the others

@@ -8,6 +8,8 @@
 
 use shaper_common::rate::DisplayRate;
 
+use crate::tune::advice::{NOTSENT_LOWAT_BYTES, notsent_lowat_bounded};
+
 use super::{
     facts::{
         BtfFacts, ClockFacts, Facts, Feature, FeatureFacts, IfaceFacts, LinkFacts, Offloads,
@@ -16,13 +18,6 @@ use super::{
     modules::ModuleState,
     report::{Check, Report},
 };
-
-/// The ceiling on each socket's unsent bytes advised for servers whose latency matters: 128 KiB
-/// keeps throughput while bounding how much a connection queues ahead of its newest data.
-const NOTSENT_LOWAT_BYTES: i64 = 128 * 1024;
-
-/// What `tcp_notsent_lowat` reads when unset (no limit): UINT_MAX, or -1 on old kernels.
-const NOTSENT_LOWAT_UNSET: i64 = u32::MAX as i64;
 
 /// Clock sources read with one instruction or a page of shared memory.
 const FAST_CLOCKS: [&str; 3] = ["tsc", "arch_sys_counter", "kvm-clock"];
@@ -404,7 +399,7 @@ fn default_qdisc(qdisc: Option<&str>) -> Check {
         Some(other) => Check::warn(
             NAME,
             format!("{other}: interfaces without shaper do not pace TCP"),
-            "sysctl -w net.core.default_qdisc=fq (and in /etc/sysctl.d to keep it)",
+            "sysctl -w net.core.default_qdisc=fq (and in /etc/sysctl.d to keep it), or shaper tune --apply --persist",
         ),
         None => Check::warn(
             NAME,
@@ -424,7 +419,7 @@ fn congestion_control(cc: Option<&str>, bbr_available: bool, bbr_listed: bool) -
                 "{cc}, with BBR available: BBR keeps the queue it builds at a bottleneck short"
             ),
             format!(
-                "{}sysctl -w net.ipv4.tcp_congestion_control=bbr (and in /etc/sysctl.d to keep it)",
+                "{}sysctl -w net.ipv4.tcp_congestion_control=bbr (and in /etc/sysctl.d to keep it), or shaper tune --apply --persist",
                 if bbr_listed { "" } else { "modprobe tcp_bbr; " }
             ),
         ),
@@ -460,11 +455,11 @@ fn bbr(listed: Option<bool>, module: ModuleState) -> Check {
 fn notsent_lowat(value: Option<i64>) -> Check {
     const NAME: &str = "tcp_notsent_lowat";
     let remedy = format!(
-        "on servers: sysctl -w net.ipv4.tcp_notsent_lowat={NOTSENT_LOWAT_BYTES} (and in /etc/sysctl.d to keep it)"
+        "on servers: sysctl -w net.ipv4.tcp_notsent_lowat={NOTSENT_LOWAT_BYTES} (and in /etc/sysctl.d to keep it), or shaper tune --apply --persist"
     );
     match value {
         None => Check::warn(NAME, "not readable", remedy),
-        Some(v) if !(0..NOTSENT_LOWAT_UNSET).contains(&v) => Check::warn(
+        Some(v) if !notsent_lowat_bounded(v) => Check::warn(
             NAME,
             "unset: each socket may queue its whole send buffer unsent, ahead of its newest data",
             remedy,

@@ -458,6 +458,61 @@ fn a_host_of_many_sparse_flows_is_held_to_its_allocation() {
 }
 
 #[test]
+fn spoofed_sources_towards_one_destination_are_held_to_one_newcomer_level() {
+    // A spoofed flood in triple-isolate: every packet from a source never seen before, so each
+    // a host (a source, destination pair) of its own, sparse, at the newcomer level. Together
+    // they are held to that level by their destination's guard, as one host of many sparse
+    // flows is by its own: once it stands the limit ahead, they drop. A newcomer towards
+    // another destination is not held by it.
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::TripleIsolate as u32,
+        host_mask_v4: u32::MAX,
+        flow_quota: 100_000,
+        ..config(RATE, SECOND)
+    });
+    let quarter = ns_per_byte_fp(RATE / 4);
+    set_newcomer_level(&mut h, 1, quarter, true);
+    const VICTIM: [u8; 4] = [10, 9, 0, 5];
+    let start = monotonic_now_ns();
+    let mut passed = 0u64;
+    for i in 0..400u16 {
+        let spoofed = [10, 128, (i >> 8) as u8, i as u8];
+        let out = h.run(
+            &packet::tcp4_flow(spoofed, VICTIM, 2000, 80, FRAME),
+            &SkbContext::default(),
+        );
+        match out.verdict {
+            PASS => passed += 1,
+            DROP => {}
+            v => panic!("verdict {v}"),
+        }
+    }
+    let elapsed = monotonic_now_ns() - start;
+    // One newcomer level over the time the test took, plus the 1 s it may book ahead.
+    let per_frame = tx_time_ns(FRAME as u64, quarter);
+    let allowed = (SECOND + elapsed) / per_frame + 1;
+    assert!(
+        passed <= allowed && passed + 2 >= SECOND / per_frame,
+        "{passed} of 400 spoofed hosts' packets passed, {allowed} allowed at one newcomer level"
+    );
+    assert_eq!(
+        h.view().stats.dropped[DropReason::Overlimit as usize],
+        400 - passed
+    );
+    // A new source towards another destination passes; one more towards the victim drops.
+    let other = h.run(
+        &packet::tcp4_flow([10, 128, 9, 9], CLIENT_B, 2000, 80, FRAME),
+        &SkbContext::default(),
+    );
+    assert_eq!(other.verdict, PASS);
+    let more = h.run(
+        &packet::tcp4_flow([10, 129, 0, 1], VICTIM, 2000, 80, FRAME),
+        &SkbContext::default(),
+    );
+    assert_eq!(more.verdict, DROP);
+}
+
+#[test]
 fn sparse_packets_over_the_host_allocation_count_as_waited() {
     // A host of many sparse flows is held by its guard, never by a flow clock: unless the
     // packets it sends over its allocation count as waited, the control plane reads it as
