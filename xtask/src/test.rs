@@ -43,8 +43,6 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-metrics.sh"],
     // `shaper tune`: dry run, --apply, --persist (read back by procps' sysctl), --revert.
     &["tests/vm/tune.sh"],
-    // 20 rate changes by `shaper set` and 4 SIGHUP reloads under load and pings.
-    &["tests/vm/e2e-live.sh"],
     // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
     // direction, beside CAKE.
     &["tests/vm/e2e-busy.sh"],
