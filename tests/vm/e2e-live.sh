@@ -126,6 +126,14 @@ pair_up
 run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
 write_config "$LOW"
 shaper_start --config "$CONFIG"
+# The control socket is bound once the interface is shaped, a moment after `shaper stats`
+# first answers.
+i=0
+until [ -S "$(ls "$RUN_DIR"/*.sock 2>/dev/null | head -1)" ]; do
+	i=$((i + 1))
+	[ $i -le 50 ] || fail "no control socket in $RUN_DIR after 5 s: $(ls -la "$RUN_DIR")"
+	sleep 0.1
+done
 [ "$(stat -c '%a' "$RUN_DIR"/*.sock)" = 600 ] || fail "the control socket is not root's alone: $(ls -la "$RUN_DIR")"
 set -- $(fq_root)
 ROOT_HANDLE=$1

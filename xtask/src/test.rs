@@ -43,8 +43,6 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-metrics.sh"],
     // `shaper tune`: dry run, --apply, --persist (read back by procps' sysctl), --revert.
     &["tests/vm/tune.sh"],
-    // 20 rate changes by `shaper set` and 4 SIGHUP reloads under load and pings.
-    &["tests/vm/e2e-live.sh"],
     // Three interfaces in one `shaper run --config`, each at its own rate at once; one deleted
     // and re-created, re-shaped within 1 s; a reload that adds and removes interfaces.
     &["tests/vm/e2e-interfaces.sh"],

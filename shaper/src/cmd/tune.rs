@@ -37,7 +37,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     }
     let modules = ModuleLists::read();
     let bbr = modules.state("tcp_bbr");
-    let current = host.current(bbr_available(bbr));
+    let current = host.current(bbr.is_available());
     let steps = advice::plan(&current);
     for step in &steps {
         println!("{step}");
@@ -69,11 +69,4 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// BBR can be chosen: listed by the kernel, or a module it loads when BBR is chosen.
-fn bbr_available(module: ModuleState) -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .is_ok_and(|l| l.split_whitespace().any(|c| c == "bbr"))
-        || module.is_available()
 }

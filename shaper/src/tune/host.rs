@@ -60,8 +60,13 @@ impl Host {
         self.path(&format!("proc/sys/{}", setting.key().replace('.', "/")))
     }
 
-    /// Each setting's value here (`None` where it cannot be read).
-    pub fn current(&self, bbr_available: bool) -> Current {
+    /// Each setting's value here (`None` where it cannot be read), and whether BBR can be
+    /// chosen: listed by the kernel, or its module loadable (`bbr_module`), which the kernel
+    /// loads when BBR is chosen.
+    pub fn current(&self, bbr_module: bool) -> Current {
+        let listed =
+            fs::read_to_string(self.path("proc/sys/net/ipv4/tcp_available_congestion_control"))
+                .is_ok_and(|l| l.split_whitespace().any(|c| c == "bbr"));
         Current {
             values: Setting::ALL
                 .into_iter()
@@ -70,7 +75,7 @@ impl Host {
                     (s, value.map(|v| v.trim().to_string()))
                 })
                 .collect(),
-            bbr_available,
+            bbr_available: listed || bbr_module,
         }
     }
 
