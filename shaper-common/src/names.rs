@@ -16,6 +16,27 @@ pub mod map_names {
     pub const REVERSE: &str = "SHAPER_REVERSE";
     /// The dequeue observer's device and offsets (`overrun::DequeueWatch`).
     pub const DEQUEUE_WATCH: &str = "SHAPER_DEQUEUE_WATCH";
+    /// The guards newcomers towards one destination share.
+    pub const DESTINATIONS: &str = "SHAPER_DESTINATIONS";
+    /// The dequeue meter's account of what left beyond the rate.
+    pub const DEPARTURES: &str = "SHAPER_DEPARTURES";
+    /// The maps that hold the data path's flow and scheduling state, and its counters: what a
+    /// process leaving the interface to a successor (`shaper run --keep`) carries over. Not the
+    /// tail calls' program array (it names this object's programs), the per-CPU scratch space
+    /// or the dequeue observer's device (each process sets its own).
+    pub const CARRIED: [&str; 11] = [
+        CONFIG,
+        STATS,
+        LEVELS,
+        HOSTS,
+        HOST_RATES,
+        FLOWS,
+        CALENDAR,
+        DESTINATIONS,
+        ACKS,
+        REVERSE,
+        DEPARTURES,
+    ];
 }
 
 /// Names of the BPF programs.

@@ -10,7 +10,8 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray, ProgramArray},
     programs::{
         RawTracePoint, SchedClassifier, TcAttachType,
-        tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions},
+        links::FdLink,
+        tc::{self, NlOptions, SchedClassifierLink, SchedClassifierLinkId, TcAttachOptions},
     },
 };
 use shaper_common::{
@@ -23,6 +24,7 @@ use shaper_common::{
 use crate::{
     config::StateParams,
     filter::Hook,
+    handover::{Leaving, Left},
     record::{AttachMode, MapIds},
 };
 
@@ -60,6 +62,23 @@ pub enum BpfError {
     Btf(#[from] crate::kernel_btf::BtfError),
     #[error("reading this process's network namespace: {0}")]
     Netns(std::io::Error),
+    #[error("the embedded BPF object does not parse: {0}")]
+    Object(#[from] aya_obj::ParseError),
+    #[error("taking over the attached program: {0}")]
+    Link(#[from] aya::programs::links::LinkError),
+    #[error("pinning {name} for the next shaper: {source}")]
+    Pin {
+        name: String,
+        source: aya::pin::PinError,
+    },
+}
+
+/// How a predecessor's program is attached, for [`Datapath::take_over`] to replace in place.
+pub enum Prior {
+    /// A TCX link, taken out of bpffs (`handover::Left::take_link`).
+    Link(FdLink),
+    /// A netlink filter at [`NETLINK_PRIORITY`], with this handle.
+    Filter { handle: u32 },
 }
 
 /// A map the kernel could not allocate, named with what sizes it; other load errors as they are.
@@ -104,11 +123,41 @@ pub struct Datapath {
 impl Datapath {
     /// Loads the object and the egress program into the kernel (the verifier runs here).
     pub fn load(state: &StateParams) -> Result<Self, BpfError> {
+        Self::load_with(state, &[])
+    }
+
+    /// [`Datapath::load`] with the maps a predecessor left (`handover`) in place of new ones,
+    /// when every one of [`map_names::CARRIED`] was left and fits this object with `state`'s
+    /// sizes; otherwise with new maps, and why is logged. Says whether the maps were carried.
+    pub fn load_carrying(state: &StateParams, left: &Left) -> Result<(Self, bool), BpfError> {
+        let carried = match carried_maps(state, left) {
+            Ok(carried) => carried,
+            Err(why) => {
+                tracing::warn!(
+                    "starting with new flow state: the maps the previous shaper left {why}"
+                );
+                Vec::new()
+            }
+        };
+        let datapath = Self::load_with(state, &carried)?;
+        Ok((datapath, !carried.is_empty()))
+    }
+
+    /// Loads the object, the maps named in `pinned` opened from their pins rather than created.
+    fn load_with(
+        state: &StateParams,
+        pinned: &[(&'static str, std::path::PathBuf)],
+    ) -> Result<Self, BpfError> {
         raise_memlock_limit();
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries(map_names::FLOWS, state.max_flows)
             .map_max_entries(map_names::HOSTS, state.max_hosts)
-            .map_max_entries(map_names::HOST_RATES, state.max_hosts)
+            .map_max_entries(map_names::HOST_RATES, state.max_hosts);
+        for (name, path) in pinned {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader
             .load(OBJECT)
             .map_err(|e| out_of_memory(e, state))?;
         egress_program(&mut ebpf)?.load()?;
@@ -335,6 +384,71 @@ impl Datapath {
         }
     }
 
+    /// Attaches the program at `hook` in place of a predecessor's, atomically: a TCX link is
+    /// updated to this program, a netlink filter changed at its priority and handle. No packet
+    /// passes between the two.
+    pub fn take_over(&mut self, hook: Hook, iface: &str, prior: Prior) -> Result<(), BpfError> {
+        let attach_type = match hook {
+            Hook::Egress => TcAttachType::Egress,
+            Hook::Ingress => TcAttachType::Ingress,
+        };
+        let link = match prior {
+            Prior::Link(link) => SchedClassifierLink::try_from(link)?,
+            Prior::Filter { handle } => SchedClassifierLink::attached(
+                iface,
+                attach_type,
+                NETLINK_PRIORITY,
+                handle.into(),
+                None,
+            )?,
+        };
+        let (name, slot) = match hook {
+            Hook::Egress => (program_names::EGRESS, &mut self.link),
+            Hook::Ingress => (program_names::INGRESS, &mut self.ingress_link),
+        };
+        *slot = Some(classifier(&mut self.ebpf, name)?.attach_to_link(link)?);
+        Ok(())
+    }
+
+    /// Leaves the programs attached and the state for a successor (`handover`): pins the
+    /// carried maps and, in TCX mode, the links, which would detach when this process exits. A
+    /// netlink filter stays by itself: its link is let go without detaching. The dequeue
+    /// observer detaches at exit (the successor attaches its own).
+    pub fn leave(&mut self, leaving: &Leaving, mode: AttachMode) -> Result<(), BpfError> {
+        for name in map_names::CARRIED {
+            let map = self.map(name)?;
+            let data = map_data(map).ok_or(BpfError::Missing(name))?;
+            data.pin(leaving.map(name))
+                .map_err(|source| BpfError::Pin {
+                    name: name.to_string(),
+                    source,
+                })?;
+        }
+        for hook in [Hook::Egress, Hook::Ingress] {
+            let (name, slot) = match hook {
+                Hook::Egress => (program_names::EGRESS, &mut self.link),
+                Hook::Ingress => (program_names::INGRESS, &mut self.ingress_link),
+            };
+            let Some(id) = slot.take() else {
+                continue;
+            };
+            let link = classifier(&mut self.ebpf, name)?.take_link(id)?;
+            match mode {
+                AttachMode::Tcx => {
+                    FdLink::try_from(link)?
+                        .pin(leaving.link(hook))
+                        .map_err(|source| BpfError::Pin {
+                            name: name.to_string(),
+                            source,
+                        })?;
+                }
+                // Dropping it would remove the filter.
+                AttachMode::Netlink => std::mem::forget(link),
+            }
+        }
+        Ok(())
+    }
+
     /// Detaches the programs (new packets leave unshaped from here on).
     pub fn detach(&mut self) -> Result<(), BpfError> {
         if let Some(link) = self.ingress_link.take() {
@@ -374,8 +488,18 @@ impl Datapath {
 /// A detached filter named like ours from a crashed run (netlink mode only; TCX links die with
 /// their process).
 pub fn remove_stale_filter(iface: &str) {
-    let _ = tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS);
-    let _ = tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS);
+    remove_stale_filter_at(iface, Hook::Egress);
+    remove_stale_filter_at(iface, Hook::Ingress);
+}
+
+/// [`remove_stale_filter`] at one hook.
+pub fn remove_stale_filter_at(iface: &str, hook: Hook) {
+    let _ = match hook {
+        Hook::Egress => tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS),
+        Hook::Ingress => {
+            tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS)
+        }
+    };
 }
 
 fn attach_options(mode: AttachMode) -> TcAttachOptions {
@@ -440,6 +564,41 @@ fn log_verifier_cost(ebpf: &mut Ebpf) {
             counts.join(", ")
         );
     }
+}
+
+/// The pins of [`map_names::CARRIED`] that `left` holds, if each is there and fits the map this
+/// object would create with `state`'s sizes (its type, key and value sizes, and entries); why
+/// not, otherwise.
+fn carried_maps(
+    state: &StateParams,
+    left: &Left,
+) -> Result<Vec<(&'static str, std::path::PathBuf)>, String> {
+    let object = aya_obj::Object::parse(OBJECT).map_err(|e| e.to_string())?;
+    let mut carried = Vec::new();
+    for name in map_names::CARRIED {
+        let path = left.map(name).ok_or(format!("lack {name}"))?;
+        let ours = object
+            .maps
+            .get(name)
+            .ok_or(format!("include {name}, which this build does not have"))?;
+        let entries = match name {
+            map_names::FLOWS => state.max_flows,
+            map_names::HOSTS | map_names::HOST_RATES => state.max_hosts,
+            _ => ours.max_entries(),
+        };
+        let theirs = aya::maps::MapInfo::from_pin(&path).map_err(|e| format!("{name}: {e}"))?;
+        let fits = theirs.map_type().is_ok_and(|t| t as u32 == ours.map_type())
+            && theirs.key_size() == ours.key_size()
+            && theirs.value_size() == ours.value_size()
+            && theirs.max_entries() == entries;
+        if !fits {
+            return Err(format!(
+                "differ from this build's in {name} (type, key or value size, or entries: max-flows and max-hosts must not change across a takeover)"
+            ));
+        }
+        carried.push((name, path));
+    }
+    Ok(carried)
 }
 
 fn classifier<'a>(

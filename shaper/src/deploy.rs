@@ -19,10 +19,11 @@ use crate::{
     bpf::Datapath,
     clsact,
     config::Settings,
+    handover::{self, Leaving},
     health::{self, Fault},
     link::Interface,
     netlink::Socket,
-    record::State,
+    record::{IngressState, SegmenterState, State},
     runtime::{self, InterfaceLock},
 };
 
@@ -49,6 +50,13 @@ pub trait Part {
     /// re-installed or detached (`live::change` decided that the difference allows it). A part
     /// whose record changes writes it first (`Context::record`).
     fn change(&mut self, _cx: &mut Context, _settings: &Settings) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Leaves the part in place for the next shaper process (`handover`) instead of restoring
+    /// it, pinning in `leaving` what would otherwise go with this process. Most parts stay by
+    /// themselves.
+    fn hand_over(&mut self, _cx: &mut Context, _leaving: &Leaving) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -236,9 +244,15 @@ impl Deployment {
         &self.state
     }
 
-    /// What a crashed predecessor recorded, once (for a part added later to clean up).
-    pub fn take_stale(&mut self) -> Option<State> {
-        self.stale.take()
+    /// What a predecessor (crashed, or leaving the interface shaped) recorded for the ingress
+    /// direction, once: for the part added later to take up or clean up.
+    pub fn take_stale_ingress(&mut self) -> Option<IngressState> {
+        self.stale.as_mut().and_then(|s| s.ingress.take())
+    }
+
+    /// The same for the segmenter.
+    pub fn take_stale_segmenter(&mut self) -> Option<SegmenterState> {
+        self.stale.as_mut().and_then(|s| s.segmenter.take())
     }
 
     pub fn datapath(&self) -> &Datapath {
@@ -275,6 +289,38 @@ impl Deployment {
         self.undo()
     }
 
+    /// Leaves the interface shaped for the next shaper process (`handover`): the parts, the
+    /// last first, leave what they installed in place; the state file stays, as the successor's
+    /// record of what to put back in the end. If leaving fails part-way, the interface is
+    /// restored instead: it is never left half.
+    pub fn hand_over(mut self) -> anyhow::Result<()> {
+        let left = self.leave();
+        match left {
+            Ok(()) => {
+                self.torn_down = true;
+                info!("{} left shaped for the next shaper", self.iface.name);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(
+                    "could not leave {} to the next shaper ({e:#}); restoring it",
+                    self.iface.name
+                );
+                self.undo()
+            }
+        }
+    }
+
+    fn leave(&mut self) -> anyhow::Result<()> {
+        let leaving = handover::prepare(&self.iface)?;
+        let mut sock = Socket::open()?;
+        for at in (0..self.applied).rev() {
+            self.with_part(&mut sock, at, |part, cx| part.hand_over(cx, &leaving))?;
+        }
+        self.header.kept = true;
+        self.save()
+    }
+
     /// Lets the interface go: [`Deployment::teardown`], after checking that the device is still
     /// the one shaped. One that went away (or was re-created under its name, a new device that
     /// is not shaper's to touch) took what was on it: only what shaper had elsewhere (an IFB,
@@ -303,6 +349,8 @@ impl Deployment {
         }
         self.applied = 0;
         runtime::remove_state(&self.iface);
+        // Pins a predecessor left, or a hand-over of ours that failed, would keep its links.
+        handover::clear(&self.iface);
         if let Some(e) = first_error {
             return Err(e);
         }

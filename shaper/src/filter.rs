@@ -67,12 +67,12 @@ impl Matcher<'_> {
 
 impl Filter {
     fn tcmsg(&self) -> Vec<u8> {
-        let parent = match self.hook {
-            Hook::Ingress => CLSACT_INGRESS,
-            Hook::Egress => CLSACT_EGRESS,
-        };
+        self.tcmsg_handle(0)
+    }
+
+    fn tcmsg_handle(&self, handle: u32) -> Vec<u8> {
         let info = (LAST_PRIORITY << 16) | u32::from(ETH_P_ALL.to_be());
-        qdisc::tcmsg_info(self.ifindex, 0, parent, info)
+        qdisc::tcmsg_info(self.ifindex, handle, parent(self.hook), info)
     }
 
     /// `tc filter add dev IF {ingress|egress} prio P {matchall | bpf obj ...} action mirred
@@ -82,6 +82,33 @@ impl Filter {
         sock: &mut Socket,
         matcher: Matcher,
         to_ifindex: u32,
+    ) -> Result<(), NetlinkError> {
+        self.put_redirect(sock, matcher, to_ifindex, None)
+    }
+
+    /// [`Filter::add_redirect`] in place of the filter of this kind that is there (`tc filter
+    /// change ... handle H`): the kernel swaps the two at once, so every packet meets one or
+    /// the other. Adds it when there is none.
+    pub fn replace_redirect(
+        &self,
+        sock: &mut Socket,
+        matcher: Matcher,
+        to_ifindex: u32,
+    ) -> Result<(), NetlinkError> {
+        let handle = list(sock, self.ifindex, self.hook)?
+            .into_iter()
+            .find(|f| f.priority == LAST_PRIORITY && f.kind == self.kind)
+            .map(|f| f.handle);
+        self.put_redirect(sock, matcher, to_ifindex, handle)
+    }
+
+    /// Adds the redirect, or with `replacing` changes the filter of that handle.
+    fn put_redirect(
+        &self,
+        sock: &mut Socket,
+        matcher: Matcher,
+        to_ifindex: u32,
+        replacing: Option<u32>,
     ) -> Result<(), NetlinkError> {
         debug_assert_eq!(matcher.kind(), self.kind);
         let actions = mirred_redirect(to_ifindex);
@@ -104,10 +131,13 @@ impl Filter {
         attrs
             .put_str(TCA_KIND, self.kind)
             .put(TCA_OPTIONS, &options.0);
-        let mut body = self.tcmsg();
+        let (mut body, flags) = match replacing {
+            // Without NLM_F_EXCL an existing handle is changed, not refused.
+            Some(handle) => (self.tcmsg_handle(handle), 0),
+            None => (self.tcmsg(), NLM_F_CREATE | NLM_F_EXCL),
+        };
         body.extend_from_slice(&attrs.0);
-        sock.request(RTM_NEWTFILTER, NLM_F_CREATE | NLM_F_EXCL, &body)
-            .map(drop)
+        sock.request(RTM_NEWTFILTER, flags, &body).map(drop)
     }
 
     /// Removes the filter, or with `clsact_added` the clsact qdisc its owner added for it (and
@@ -137,17 +167,23 @@ impl Filter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     pub priority: u32,
+    pub handle: u32,
     pub kind: String,
     /// The program of a `bpf` filter.
     pub program_id: Option<u32>,
 }
 
-/// The filters on `ifindex`'s clsact `hook`; none when there is no clsact.
-pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, NetlinkError> {
-    let parent = match hook {
+/// clsact's `hook`, as a filter's parent.
+fn parent(hook: Hook) -> u32 {
+    match hook {
         Hook::Ingress => CLSACT_INGRESS,
         Hook::Egress => CLSACT_EGRESS,
-    };
+    }
+}
+
+/// The filters on `ifindex`'s clsact `hook`; none when there is no clsact.
+pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, NetlinkError> {
+    let parent = parent(hook);
     let replies = match sock.dump(RTM_GETTFILTER, &qdisc::tcmsg_info(ifindex, 0, parent, 0)) {
         Ok(r) => r,
         // No clsact (or no device): no filters there.
@@ -162,6 +198,7 @@ pub fn list(sock: &mut Socket, ifindex: u32, hook: Hook) -> Result<Vec<Listed>, 
         }
         let mut listed = Listed {
             priority: field(16) >> 16,
+            handle: field(8),
             kind: String::new(),
             program_id: None,
         };

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use crate::{
     config::Settings,
     deploy::{Context, Deployment, Part},
+    handover::{self, Leaving},
     filter::{Filter, Matcher},
     health::Fault,
     link::{self, GroLimits, INGRESS_IFB, Interface, LinkError, plan_limits, restore_limits},
@@ -56,16 +57,26 @@ pub struct Ingress {
     ifb: Option<Interface>,
     /// The IFB's own deployment; taken on restore.
     deployment: Option<Deployment>,
+    /// The IFB is a predecessor's, to take up rather than create.
+    take_up: bool,
 }
 
 /// Adds the ingress direction to `egress` as `settings` ask (`--ingress-rate`; nothing without
-/// it). What a crashed predecessor set up for its ingress is cleaned up either way.
+/// it). A predecessor's IFB is taken up when the settings still want it (its own deployment
+/// taken over as the egress one is); otherwise what it set up is removed.
 pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()> {
-    let stale = egress.take_stale().and_then(|s| s.ingress);
-    if let Some(stale) = &stale {
+    let stale = egress.take_stale_ingress();
+    let wanted = settings.for_ingress(&INGRESS_IFB.name(egress.iface()));
+    let take_up = match (&stale, &wanted) {
+        (Some(stale), Some(wanted)) => stale.ifb == wanted.iface && is_ifb(&stale.ifb)?,
+        _ => false,
+    };
+    if let Some(stale) = &stale
+        && !take_up
+    {
         clean_stale(egress.iface(), stale)?;
     }
-    let Some(settings) = settings.for_ingress(&INGRESS_IFB.name(egress.iface())) else {
+    let Some(settings) = wanted else {
         return Ok(());
     };
     let gro = plan_limits::<GroLimits>(
@@ -73,16 +84,32 @@ pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()>
         egress.iface(),
         settings.rate_bps,
         settings.split_gso,
-        stale.and_then(|s| s.original_gro),
+        stale.as_ref().and_then(|s| s.original_gro),
     );
+    let state = match stale.filter(|_| take_up) {
+        Some(prior) => IngressState {
+            original_gro: None,
+            ..prior
+        },
+        None => IngressState::planned(&settings.iface),
+    };
     let ingress = Ingress {
-        state: IngressState::planned(&settings.iface),
+        state,
         settings,
         gro: Limits::new(gro, None),
         ifb: None,
         deployment: None,
+        take_up,
     };
     egress.add(Box::new(ingress))
+}
+
+/// Whether `name` is an IFB device.
+fn is_ifb(name: &str) -> anyhow::Result<bool> {
+    let Ok(ifb) = Interface::lookup(name) else {
+        return Ok(false);
+    };
+    Ok(ifb.kind(&mut Socket::open()?).is_ok_and(|k| k == "ifb"))
 }
 
 impl Part for Ingress {
@@ -94,9 +121,22 @@ impl Part for Ingress {
     }
 
     /// Creates the IFB and shapes it, then redirects `iface`'s ingress to it. A device that
-    /// already holds the IFB's name is refused, not taken over.
+    /// already holds the IFB's name is refused, unless it is a predecessor's IFB to take up:
+    /// then it stays, with its fq and its redirect, and its own deployment is taken over.
     fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
         let name = self.settings.iface.clone();
+        if std::mem::take(&mut self.take_up) {
+            let ifb = Interface::lookup(&name)?;
+            self.ifb = Some(ifb.clone());
+            self.deployment = Some(shape::apply(&self.settings, ifb.clone())?);
+            if !redirect(cx.iface).is_present(cx.sock, None)? {
+                cx.ensure_clsact(self, |i| &mut i.state.clsact_added)?;
+                add_redirect(cx.sock, cx.iface, &ifb)?;
+            }
+            self.gro.apply(cx.sock, cx.iface);
+            info!("{}: took up the ingress shaping on {name}", cx.iface.name);
+            return Ok(());
+        }
         if Interface::lookup(&name).is_ok() {
             return Err(IngressError::IfbExists {
                 ifb: name,
@@ -183,17 +223,29 @@ impl Part for Ingress {
         Ok(())
     }
 
+    /// The IFB, its redirect and its fq stay; its own deployment is left as the egress one is.
+    fn hand_over(&mut self, _cx: &mut Context, _leaving: &Leaving) -> anyhow::Result<()> {
+        match self.deployment.take() {
+            Some(deployment) => deployment.hand_over(),
+            None => Ok(()),
+        }
+    }
+
     fn deployment_mut(&mut self) -> Option<&mut Deployment> {
         self.deployment.as_mut()
     }
 }
 
-/// Undoes a crashed shaper's ingress set-up: its redirect, its IFB (with its state file). Its
+/// Undoes a predecessor's ingress set-up: its redirect, its IFB (with its state file). Its
 /// original GRO limits are restored here; [`start`] takes them as its baseline.
 pub(crate) fn clean_stale(iface: &Interface, stale: &IngressState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     restore_limits(sock, iface, stale.original_gro);
     let _ = redirect(iface).remove(sock, stale.clsact_added);
+    if let Ok(ifb) = Interface::lookup(&stale.ifb) {
+        // What its predecessor left pinned for a successor (the IFB's own links).
+        handover::clear(&ifb);
+    }
     runtime::delete_leftover_ifb(sock, &stale.ifb);
     Ok(())
 }

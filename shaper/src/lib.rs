@@ -12,6 +12,7 @@ pub mod deploy;
 pub mod doctor;
 pub mod fairness;
 pub mod filter;
+pub mod handover;
 pub mod health;
 pub mod ingress;
 pub mod interfaces;

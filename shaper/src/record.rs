@@ -47,6 +47,10 @@ pub struct State {
     /// crashed half-way; `stats` answers once it is false.
     #[serde(default)]
     pub starting: bool,
+    /// The process left the interface shaped for the next one (`shaper run --keep`): its
+    /// programs run on at the last levels, with no control loop.
+    #[serde(default)]
+    pub kept: bool,
     pub attach: AttachMode,
     /// shaper added the clsact qdisc (netlink attach) and removes it on exit.
     pub clsact_added: bool,

@@ -2,7 +2,7 @@
 //! it was left in.
 
 use crate::{
-    bpf,
+    bpf, handover,
     filter::{self, Hook},
     ingress,
     link::{self, Interface, restore_limits},
@@ -21,6 +21,11 @@ pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
     let _lock = InterfaceLock::acquire(iface)?;
     let mut sock = Socket::open()?;
     let mut done = Vec::new();
+    if handover::Left::find(iface).is_some() {
+        // First: the pinned links detach with their pins.
+        handover::clear(iface);
+        done.push("what a shaper left pinned for its successor".into());
+    }
     let recorded = runtime::read_state(iface)?;
     if let Some(state) = &recorded {
         if let Some(ingress) = &state.ingress {
@@ -49,6 +54,7 @@ pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
         runtime::remove_state(iface);
         done.push("the state file".into());
     }
+
     // Without a record, or beyond it: what carries shaper's marks.
     let filters = |sock: &mut Socket, hook| -> Result<Vec<_>, NetlinkError> {
         Ok(filter::list(sock, iface.ifindex, hook)?
@@ -69,6 +75,9 @@ pub fn reset(iface: &Interface) -> anyhow::Result<Vec<String>> {
             let redirect = role.redirect(iface);
             if redirect.is_present(&mut sock, None)? {
                 redirect.remove(&mut sock, false)?;
+            }
+            if let Ok(ifb) = Interface::lookup(&name) {
+                handover::clear(&ifb);
             }
             runtime::delete_leftover_ifb(&mut sock, &name);
             done.push(name);

@@ -46,7 +46,7 @@ const PRIVATE_FILE: u32 = 0o600;
 
 /// Creates `dir` (and its parents) and makes it private, whatever the umask or an older
 /// shaper left: an existing directory is tightened too.
-fn create_private_dir(dir: &Path) -> Result<(), RuntimeError> {
+pub fn create_private_dir(dir: &Path) -> Result<(), RuntimeError> {
     let io = |source| RuntimeError::Io {
         what: "creating",
         path: dir.display().to_string(),
@@ -62,8 +62,14 @@ pub fn run_dir() -> PathBuf {
         .unwrap_or_else(|| DEFAULT_RUN_DIR.into())
 }
 
+/// The name of `iface`'s files: its network namespace and index, which together name one device
+/// on the machine.
+pub fn instance_name(iface: &Interface) -> String {
+    format!("{}-{}", iface.netns_id, iface.ifindex)
+}
+
 fn base_path(iface: &Interface) -> PathBuf {
-    run_dir().join(format!("{}-{}", iface.netns_id, iface.ifindex))
+    run_dir().join(instance_name(iface))
 }
 
 pub fn state_path(iface: &Interface) -> PathBuf {

@@ -62,35 +62,75 @@ pub struct Segmenter {
     ifb: Option<Interface>,
     /// Given up after it could not be started again: no longer recorded or kept.
     given_up: bool,
+    /// A predecessor's segmenter, for `apply` to take up (or remove).
+    prior: Option<SegmenterState>,
 }
 
 impl Segmenter {
     /// Splits `iface`'s GSO packets of more than `split_segs` segments before its data path
-    /// stamps them.
-    pub fn new(iface: &Interface, split_segs: u32) -> Self {
+    /// stamps them, taking up `prior`'s IFB and filter (a predecessor's) where they are still
+    /// there.
+    pub fn new(iface: &Interface, split_segs: u32, prior: Option<SegmenterState>) -> Self {
         Self {
             state: SegmenterState::planned(iface),
             split_segs: Some(split_segs),
             ifb: None,
             given_up: false,
+            prior,
         }
     }
 
     /// Adds the filter that sends the data path's verdicts to the IFB (and clsact for it when
     /// the interface has none, recorded first).
     fn add_filter(&mut self, cx: &mut Context, ifb: &Interface) -> anyhow::Result<()> {
+        self.put_filter(cx, ifb, false)
+    }
+
+    /// [`Segmenter::add_filter`]; with `replace`, in place of the one there (a predecessor's),
+    /// so that no packet goes unsplit between the two.
+    fn put_filter(
+        &mut self,
+        cx: &mut Context,
+        ifb: &Interface,
+        replace: bool,
+    ) -> anyhow::Result<()> {
         cx.ensure_clsact(self, |s| &mut s.state.clsact_added)?;
         let program = Matcher::Program {
             fd: cx.datapath.segment_program()?,
             name: program_names::SEGMENT,
         };
-        filter(cx.iface)
-            .add_redirect(cx.sock, program, ifb.ifindex)
-            .map_err(|source| SegmenterError::Filter {
-                iface: cx.iface.name.clone(),
-                source,
-            })?;
+        let filter = filter(cx.iface);
+        let put = if replace {
+            filter.replace_redirect(cx.sock, program, ifb.ifindex)
+        } else {
+            filter.add_redirect(cx.sock, program, ifb.ifindex)
+        };
+        put.map_err(|source| SegmenterError::Filter {
+            iface: cx.iface.name.clone(),
+            source,
+        })?;
         Ok(())
+    }
+
+    /// Takes up `prior`'s IFB if it is still shaper's: its filter runs this process's program
+    /// from here on. `None` when there is nothing to take up (what is left of it is removed).
+    fn take_up(
+        &mut self,
+        cx: &mut Context,
+        prior: SegmenterState,
+    ) -> anyhow::Result<Option<Interface>> {
+        let ifb = Interface::lookup(&prior.ifb).ok().filter(|ifb| {
+            prior.ifb == self.state.ifb && ifb.kind(cx.sock).is_ok_and(|k| k == "ifb")
+        });
+        let Some(ifb) = ifb else {
+            clean_stale(cx.iface, &prior)?;
+            return Ok(None);
+        };
+        self.state = prior;
+        cx.record(self)?;
+        self.ifb = Some(ifb.clone());
+        self.put_filter(cx, &ifb, true)?;
+        Ok(Some(ifb))
     }
 
     /// What is no longer in place: the IFB (gone or replaced) or the filter.
@@ -154,6 +194,11 @@ impl Part for Segmenter {
     }
 
     fn apply(&mut self, cx: &mut Context) -> anyhow::Result<()> {
+        if let Some(prior) = self.prior.take()
+            && let Some(ifb) = self.take_up(cx, prior)?
+        {
+            return self.turn_on(cx, &ifb);
+        }
         if Interface::lookup(&self.state.ifb).is_ok() {
             return Err(SegmenterError::IfbExists {
                 ifb: self.state.ifb.clone(),
@@ -233,7 +278,7 @@ impl Part for Segmenter {
     }
 }
 
-/// Undoes a crashed shaper's segmenter: its filter, its IFB.
+/// Undoes a predecessor's segmenter: its filter, its IFB.
 pub fn clean_stale(iface: &Interface, stale: &SegmenterState) -> anyhow::Result<()> {
     let sock = &mut Socket::open()?;
     remove(sock, iface, stale);

@@ -19,10 +19,11 @@ use tracing::{info, warn};
 use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_names};
 
 use crate::{
-    bpf::{self, Datapath},
+    bpf::{self, Datapath, Prior},
     config::{Settings, StateParams},
     deploy::{Context, Deployment, Part, repaired},
-    filter::Hook,
+    filter::{self, Hook},
+    handover::{self, Leaving, Left},
     health::{self, Fault},
     link::{
         DeviceLimits, GsoLimits, Interface, LimitsPlan, apply_limits, plan_limits, restore_limits,
@@ -48,13 +49,14 @@ pub enum ShapeError {
 const MAX_DRAIN: Duration = Duration::from_secs(3);
 
 /// Shapes `iface`'s egress with `settings`, taking over (and in the end restoring) what a
-/// crashed predecessor recorded for it.
+/// predecessor recorded for it: one that crashed, or one that left it shaped (`handover`),
+/// whose programs this one replaces in place and whose flow state it carries on.
 pub fn apply(settings: &Settings, iface: Interface) -> anyhow::Result<Deployment> {
     apply_with(settings, iface, Datapath::load)
 }
 
 /// [`apply`] with the data path from `datapath` (a spare loaded ahead, `spares`), given the
-/// map sizing.
+/// map sizing; a predecessor's maps, when it left them, are loaded instead.
 pub fn apply_with(
     settings: &Settings,
     iface: Interface,
@@ -65,6 +67,7 @@ pub fn apply_with(
         warn!("ignoring unreadable state: {e}");
         None
     });
+    let left = Left::find(&iface);
     let mut sock = Socket::open()?;
     let frame_bytes = iface.frame_bytes(&mut sock)?;
     let gso = plan_limits::<GsoLimits>(
@@ -78,27 +81,36 @@ pub fn apply_with(
         Some(plan) => plan.wanted.largest_packet_bytes(frame_bytes),
         None => GsoLimits::UNKNOWN.largest_packet_bytes(frame_bytes),
     };
-    if let Some(seg) = stale.as_ref().and_then(|s| s.segmenter.as_ref()) {
-        segmenter::clean_stale(&iface, seg)?;
-    }
     let loading = Instant::now();
-    let mut datapath = datapath(&settings.state)?;
+    let (mut datapath, carried) = match &left {
+        Some(left) => Datapath::load_carrying(&settings.state, left)?,
+        None => (datapath(&settings.state)?, false),
+    };
     info!(
-        "{}: data path loaded in {} ms",
+        "{}: data path loaded in {} ms{}",
         iface.name,
-        loading.elapsed().as_millis()
+        loading.elapsed().as_millis(),
+        if carried {
+            ", with the flow state the previous shaper left"
+        } else {
+            ""
+        }
     );
     datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
 
     let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
     let (original, clsact_added) = match &stale {
         Some(prev) => {
-            warn!(
-                "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
-                prev.pid, iface.name
-            );
-            if prev.attach == AttachMode::Netlink {
-                bpf::remove_stale_filter(&iface.name);
+            if prev.kept {
+                info!(
+                    "{}: taking over from the shaper (pid {}) that left it shaped",
+                    iface.name, prev.pid
+                );
+            } else {
+                warn!(
+                    "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
+                    prev.pid, iface.name
+                );
             }
             (prev.original.clone(), prev.clsact_added)
         }
@@ -122,6 +134,7 @@ pub fn apply_with(
             .map(|d| d.as_secs())
             .unwrap_or(0),
         starting: true,
+        kept: false,
         attach: mode,
         clsact_added: false,
         original: Snapshot::default(),
@@ -145,11 +158,15 @@ pub fn apply_with(
             clsact_added,
             settings: settings.clone(),
             frame_bytes,
+            left,
         }),
     ];
     let mut deployment = Deployment::apply(iface, settings, datapath, lock, header, stale, parts)?;
     info!("shaping {} ({mode:?} attach)", settings.describe());
     add_segmenter(&mut deployment, settings);
+    // Shaping: what the predecessor pinned for this (links not taken, with their programs)
+    // goes.
+    handover::clear(deployment.iface());
     Ok(deployment)
 }
 
@@ -164,20 +181,30 @@ pub fn change(deployment: &mut Deployment, settings: &Settings) -> anyhow::Resul
     Ok(())
 }
 
-/// Adds the segmenter where the settings and the rate ask for one.
+/// Adds the segmenter where the settings and the rate ask for one, taking up a predecessor's;
+/// a predecessor's that is not wanted any more is removed.
 fn add_segmenter(deployment: &mut Deployment, settings: &Settings) {
-    if settings.segmenter
-        && let Some(split_segs) = GsoLimits::split_segs(settings.rate_bps)
-    {
-        let segmenter = Segmenter::new(deployment.iface(), split_segs);
-        if let Err(e) = deployment.add(Box::new(segmenter)) {
-            // Shaping goes on, with coarser bursts of forwarded super-packets, as with a device
-            // that refuses lower GSO limits.
-            warn!(
-                "{}: GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
-                deployment.iface().name
-            );
+    let prior = deployment.take_stale_segmenter();
+    let wanted = settings
+        .segmenter
+        .then(|| GsoLimits::split_segs(settings.rate_bps))
+        .flatten();
+    let Some(split_segs) = wanted else {
+        if let Some(prior) = prior
+            && let Err(e) = segmenter::clean_stale(deployment.iface(), &prior)
+        {
+            warn!("removing the previous shaper's segmenter: {e:#}");
         }
+        return;
+    };
+    let segmenter = Segmenter::new(deployment.iface(), split_segs, prior);
+    if let Err(e) = deployment.add(Box::new(segmenter)) {
+        // Shaping goes on, with coarser bursts of forwarded super-packets, as with a device
+        // that refuses lower GSO limits.
+        warn!(
+            "{}: GSO packets built elsewhere (forwarded, GRO) will leave as whole bursts: {e:#}",
+            deployment.iface().name
+        );
     }
 }
 
@@ -322,6 +349,8 @@ struct Programs {
     settings: Settings,
     /// The frame size the data path's configuration was computed for.
     frame_bytes: u32,
+    /// What a predecessor pinned (its TCX links), for `apply` to take over.
+    left: Option<Left>,
 }
 
 impl Programs {
@@ -351,15 +380,44 @@ impl Programs {
         {
             return Ok(());
         }
+        self.attach(cx, Hook::Ingress)
+    }
+
+    /// Attaches the program at `hook`: in place of a predecessor's where one is attached (one
+    /// that left the interface shaped, or a crashed run's netlink filter), atomically, so that
+    /// no packet passes between the two; anew otherwise.
+    fn attach(&mut self, cx: &mut Context, hook: Hook) -> anyhow::Result<()> {
+        let prior = match self.mode {
+            AttachMode::Tcx => self
+                .left
+                .as_ref()
+                .and_then(|left| left.take_link(hook))
+                .map(Prior::Link),
+            AttachMode::Netlink => {
+                prior_filter(cx, hook)?.map(|handle| Prior::Filter { handle })
+            }
+        };
         let name = &cx.iface.name;
-        cx.datapath
-            .attach_ingress(name, self.mode)
-            .map_err(|source| ShapeError::Attach {
-                iface: name.clone(),
-                source: Box::new(source),
-            })?;
+        let attached = match (prior, hook) {
+            (Some(prior), _) => cx.datapath.take_over(hook, name, prior),
+            (None, Hook::Egress) => cx.datapath.attach_egress(name, self.mode),
+            (None, Hook::Ingress) => cx.datapath.attach_ingress(name, self.mode),
+        };
+        attached.map_err(|source| ShapeError::Attach {
+            iface: name.clone(),
+            source: Box::new(source),
+        })?;
         Ok(())
     }
+}
+
+/// The handle of shaper's netlink filter at `hook` (at [`bpf::NETLINK_PRIORITY`]), left by a
+/// predecessor.
+fn prior_filter(cx: &mut Context, hook: Hook) -> anyhow::Result<Option<u32>> {
+    Ok(filter::list(cx.sock, cx.iface.ifindex, hook)?
+        .into_iter()
+        .find(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY) && f.kind == "bpf")
+        .map(|f| f.handle))
 }
 
 impl Part for Programs {
@@ -372,14 +430,16 @@ impl Part for Programs {
         if self.mode == AttachMode::Netlink {
             cx.ensure_clsact(self, |p| &mut p.clsact_added)?;
         }
-        let name = &cx.iface.name;
-        cx.datapath
-            .attach_egress(name, self.mode)
-            .map_err(|source| ShapeError::Attach {
-                iface: name.clone(),
-                source: Box::new(source),
-            })?;
+        self.attach(cx, Hook::Egress)?;
         self.observe_ingress(cx)?;
+        if self.mode == AttachMode::Netlink
+            && self.settings.ack_filter == AckFilter::Off
+            && prior_filter(cx, Hook::Ingress)?.is_some()
+        {
+            // A predecessor's observer, which these settings do not want.
+            bpf::remove_stale_filter_at(&cx.iface.name, Hook::Ingress);
+        }
+        let name = &cx.iface.name;
         // Shaping works without it; only a stall's clump then goes uncharged.
         if let Err(e) = cx.datapath.watch_dequeue(cx.iface.ifindex) {
             warn!(
@@ -410,6 +470,11 @@ impl Part for Programs {
         self.settings = settings.clone();
         self.reconfigure(cx, self.frame_bytes)?;
         self.observe_ingress(cx)
+    }
+
+    fn hand_over(&mut self, cx: &mut Context, leaving: &Leaving) -> anyhow::Result<()> {
+        cx.datapath.leave(leaving, self.mode)?;
+        Ok(())
     }
 
     fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {

@@ -51,7 +51,7 @@ const OPTIONAL_MODULES: &[&str] = &[
 /// sysctl, which reads sysctl.d files as the host's boot does).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
-    "sysctl",
+    "sysctl", "nsenter",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

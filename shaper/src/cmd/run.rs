@@ -13,7 +13,9 @@
 //!   or new settings); the others keep running. The run ends only by a signal, or when the
 //!   process itself fails (its metrics endpoint, its netlink sockets).
 //!
-//! On exit every interface is restored, each as it was found.
+//! On exit every interface is restored, each as it was found; with `--keep`, or on SIGUSR2,
+//! every interface is left shaped instead, for the next `shaper run` to take over
+//! (`handover`).
 
 use std::{collections::BTreeMap, future::poll_fn, path::PathBuf, task::Poll, time::Instant};
 
@@ -25,7 +27,7 @@ use crate::{
     config::{Options, Settings},
     control::{self, Controller},
     deploy::Deployment,
-    health, ingress,
+    handover, health, ingress,
     interfaces::Plan,
     link::Interface,
     linkwatch::{self, Watcher},
@@ -49,12 +51,21 @@ pub struct RunArgs {
     /// several interfaces; command-line options win.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// On SIGTERM or SIGINT, exit leaving every interface shaped (fq, the programs and the
+    /// flow state in place, at the last levels) for the next `shaper run` to take over without
+    /// a gap, as for an upgrade or a rolling update. Needs bpffs at /sys/fs/bpf. Without it,
+    /// exit restores every interface; SIGUSR2 always exits leaving them shaped.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let plan = Plan::load(args.options, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
+    if args.keep {
+        handover::require_bpffs()?;
+    }
     if let Some(name) = plan.single_iface() {
         Interface::lookup(&name)?;
     }
@@ -94,18 +105,37 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let served = runtime.block_on(supervisor.serve(signals));
     monitor.stopping();
     notify::stopping();
-    let restored = {
-        let _runtime = runtime.enter();
-        supervisor.restore_all()
+    let leave = match &served {
+        Ok(Stop::Leave) => true,
+        Ok(Stop::Asked) => args.keep,
+        // A failing process restores what it shaped: its successor may never come.
+        Err(_) => false,
     };
-    served.and(restored)
+    let ended = {
+        let _runtime = runtime.enter();
+        if leave {
+            supervisor.leave_all()
+        } else {
+            supervisor.restore_all()
+        }
+    };
+    served.and(ended)
 }
 
-/// SIGINT and SIGTERM (stop), SIGHUP (reload), each kept from its arrival until `serve` sees
-/// it.
+/// Why `serve` returned.
+enum Stop {
+    /// SIGINT or SIGTERM: restore, or leave with `--keep`.
+    Asked,
+    /// SIGUSR2: leave every interface shaped for the next process.
+    Leave,
+}
+
+/// SIGINT and SIGTERM (stop), SIGUSR2 (stop, leaving the interfaces shaped), SIGHUP (reload),
+/// each kept from its arrival until `serve` sees it.
 struct Signals {
     term: Signal,
     int: Signal,
+    usr2: Signal,
     hup: Signal,
 }
 
@@ -114,6 +144,7 @@ impl Signals {
         Ok(Self {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            usr2: signal(SignalKind::user_defined2())?,
             hup: signal(SignalKind::hangup())?,
         })
     }
@@ -157,10 +188,11 @@ impl Supervisor {
     /// Shapes what the plan asks for, then runs every interface's control loops, keeps what
     /// shaper installed in place, follows the system's interfaces and applies live changes
     /// (`shaper set`, `shaper reload`, SIGHUP) between ticks, until SIGINT or SIGTERM.
-    async fn serve(&mut self, signals: Signals) -> anyhow::Result<()> {
+    async fn serve(&mut self, signals: Signals) -> anyhow::Result<Stop> {
         let Signals {
             term: mut sigterm,
             int: mut sigint,
+            usr2: mut sigusr2,
             hup: mut sighup,
         } = signals;
         // Subscribed before the first look, so that no change falls between the two.
@@ -177,8 +209,9 @@ impl Supervisor {
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = sigterm.recv() => return Ok(()),
-                _ = sigint.recv() => return Ok(()),
+                _ = sigterm.recv() => return Ok(Stop::Asked),
+                _ = sigint.recv() => return Ok(Stop::Asked),
+                _ = sigusr2.recv() => return Ok(Stop::Leave),
                 _ = sighup.recv() => {
                     // Logged; a signal has no one to answer.
                     let _ = self.answer(None, &Request::Reload {});
@@ -527,9 +560,27 @@ impl Supervisor {
         format!("shaping {}", each.join("; "))
     }
 
+    /// Leaves every interface shaped for the next process (`Deployment::hand_over`; one that
+    /// cannot be left is restored); the first error is returned, the others logged.
+    fn leave_all(&mut self) -> anyhow::Result<()> {
+        self.end_all("leaving", Deployment::hand_over)
+    }
+
     /// Restores every interface, the last shaped first; the first error is returned, the others
     /// logged.
     fn restore_all(&mut self) -> anyhow::Result<()> {
+        // The parts go in reverse: the ingress first (its redirect, then its IFB), then the
+        // rest.
+        self.end_all("restoring", Deployment::teardown)
+    }
+
+    /// Ends every interface's deployment with `end`, the last shaped first, each after its
+    /// control socket is closed.
+    fn end_all(
+        &mut self,
+        what: &str,
+        end: fn(Deployment) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
         let mut first = None;
         while let Some(Shaped {
             deployment,
@@ -539,12 +590,10 @@ impl Supervisor {
         {
             drop(control);
             let name = deployment.iface().name.clone();
-            // The parts go in reverse: the ingress first (its redirect, then its IFB), then the
-            // rest.
-            if let Err(e) = deployment.teardown() {
+            if let Err(e) = end(deployment) {
                 match first {
                     None => first = Some(e),
-                    Some(_) => warn!("restoring {name}: {e:#}"),
+                    Some(_) => warn!("{what} {name}: {e:#}"),
                 }
             }
         }

@@ -300,6 +300,7 @@ mod tests {
             diffserv: "besteffort".into(),
             started_unix_s: 0,
             starting: false,
+            kept: false,
             attach: AttachMode::Tcx,
             clsact_added: false,
             original: Default::default(),

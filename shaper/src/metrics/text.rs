@@ -475,6 +475,7 @@ mod tests {
             diffserv: diffserv.into(),
             started_unix_s: 1_700_000_000,
             starting: false,
+            kept: false,
             attach: AttachMode::Tcx,
             clsact_added: false,
             original: Default::default(),

@@ -1,0 +1,191 @@
+#!/bin/sh
+# End to end: upgrades without a gap (docs/design.md, "Handing over to the next process").
+# While iperf3 loads s0 and ping crosses it every 10 ms, a new `shaper run --keep` replaces the
+# running one TAKEOVERS times: the old one, stopped by SIGTERM (SIGUSR2 for one of them, run
+# without --keep), leaves s0 shaped, and the new one takes over its programs in place and its
+# flow state. Throughout: no ping is lost or reordered, the root qdisc is the same one (its
+# handles, and fq's counters that only grow), nothing passes unshaped (the accounting
+# invariant over the whole run, shaper's counters carried from one process to the next), and
+# from 200 ms after each new process is shaping the device sends at the rate within 2 %. Each
+# new process says it carried the flow state on, and leaves no pins behind. At the end a
+# process without --keep takes over and restores s0 as it was found.
+#
+# The processes run in the namespace's network only (nsenter), not under `ip netns exec`,
+# which mounts /sys afresh without bpffs: pins are shared only under one mount of bpffs, as
+# on a host or between a DaemonSet's pods that mount the host's /sys/fs/bpf.
+#
+# Usage: e2e-takeover.sh [TAKEOVERS]   (default: 20)
+# Prints one "RESULT ..." line per takeover for the record.
+here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
+
+TAKEOVERS=${1:-20}
+RATE=30
+TOLERANCE=2
+SETTLE_MS=200
+WINDOW_MS=1000
+RUN_DIR=${SHAPER_RUN_DIR:-/run/shaper}
+PINS=/sys/fs/bpf/shaper
+
+grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf || fail "mounting bpffs"
+
+# start_shaper LOG ARGS...: `shaper run --iface s0 --rate RATE ARGS` in src's network (the
+# mounts of this shell), in the background; its pid in NEW_PID.
+start_shaper() {
+	log_file=$1
+	shift
+	nsenter --net=/run/netns/"$SRC" shaper run --iface s0 --rate "${RATE}mbit" "$@" >"$log_file" 2>&1 &
+	NEW_PID=$!
+}
+
+# wait_shaping PID LOG: until the state file names PID as shaping s0 (not starting); fails if
+# the process ends first.
+wait_shaping() {
+	i=0
+	until grep -q "\"pid\": $1," "$RUN_DIR"/*.json 2>/dev/null &&
+		grep -q '"starting": false' "$RUN_DIR"/*.json 2>/dev/null; do
+		i=$((i + 1))
+		if [ $i -gt 300 ] || ! kill -0 "$1" 2>/dev/null; then
+			cat "$2" >&2
+			fail "shaper (pid $1) did not take over s0"
+		fi
+		sleep 0.02
+	done
+}
+
+# fq_root: "HANDLES SENT_BYTES" of s0: its qdiscs' handles and the root's sent bytes.
+fq_root() {
+	handles=$(run "$SRC" tc qdisc show dev s0 | awk '{ print $2 "-" $3 }' | sort | tr '\n' ',')
+	run "$SRC" tc -s qdisc show dev s0 | awk -v h="$handles" '
+		/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; sent = $2 }
+		END { print h, sent }'
+}
+
+ROOT_HANDLE=
+FQ_SENT=0
+same_qdisc() {
+	set -- $(fq_root)
+	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the qdiscs are now [$(fq_root)], were $ROOT_HANDLE"
+	[ "$2" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $2 bytes: a new qdisc"
+	FQ_SENT=$2
+}
+
+# egress_program: the id of the program at s0's egress (TCX or the netlink filter).
+egress_program() {
+	run "$SRC" bpftool net show dev s0 2>/dev/null | awk '/shaper_egress/ { for (i = 1; i <= NF; i++) if ($i == "prog_id") { print $(i + 1); exit } }'
+}
+
+FAILURES=
+WORST=0
+# rate_from T0_US WHAT: s0's wire rate over WINDOW_MS from SETTLE_MS after T0_US.
+rate_from() {
+	sleep_until $(($1 + SETTLE_MS * 1000))
+	set -- "$1" "$2" $(tx_at "$SRC" s0)
+	sleep "$(awk -v m="$WINDOW_MS" 'BEGIN { printf "%.3f", m / 1000 }')"
+	set -- "$@" $(tx_at "$SRC" s0)
+	mbit=$(awk -v b=$(($6 - $4)) -v t=$(($5 - $3)) 'BEGIN { printf "%.3f", b * 8 / t }')
+	err=$(awk -v m="$mbit" -v w="$RATE" 'BEGIN { printf "%.2f", (m - w) / w * 100 }')
+	RATE_NOW=$mbit ERR_NOW=$err
+	if within "$mbit" "$RATE" "$TOLERANCE"; then
+		WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
+	else
+		FAILURES="$FAILURES; $2: $mbit Mbit/s"
+	fi
+}
+
+pair_up
+run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
+before=$(qdisc_state s0)
+start_shaper /tmp/takeover-0.log --keep
+OLD_PID=$NEW_PID
+wait_shaping "$OLD_PID" /tmp/takeover-0.log
+set -- $(fq_root)
+ROOT_HANDLE=$1
+counted=$(byte_counters "$SRC" s0)
+
+total_s=$((6 + TAKEOVERS * 4))
+run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 30)) -P 4 --format m >/tmp/takeover.iperf 2>&1 &
+iperf_pid=$!
+sleep 1
+run "$SRC" ping -i 0.01 10.9.0.2 >/tmp/takeover.ping 2>&1 &
+ping_pid=$!
+sleep 2
+WHAT_NOW=start
+same_qdisc
+
+i=0
+while [ $i -lt "$TAKEOVERS" ]; do
+	i=$((i + 1))
+	WHAT_NOW="takeover $i"
+	program_before=$(egress_program)
+	t0=$(now_us)
+	if [ $i -eq $((TAKEOVERS / 2 + 1)) ]; then
+		# The documented signal: a process run without --keep leaves s0 shaped on SIGUSR2.
+		kill -USR2 "$OLD_PID"
+		how=SIGUSR2
+	else
+		kill -TERM "$OLD_PID"
+		how=SIGTERM
+	fi
+	wait "$OLD_PID" || { cat "/tmp/takeover-$((i - 1)).log" >&2; fail "$WHAT_NOW: the old shaper exited with an error"; }
+	grep -q "s0 left shaped for the next shaper" "/tmp/takeover-$((i - 1)).log" ||
+		{ cat "/tmp/takeover-$((i - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not leave s0 shaped"; }
+	left_ms=$((($(now_us) - t0) / 1000))
+	same_qdisc
+	[ "$(egress_program)" = "$program_before" ] || fail "$WHAT_NOW: with no shaper running, s0's egress program is [$(egress_program)], was $program_before"
+	# The one after the SIGUSR2 runs without --keep, and so does the last, which restores.
+	if [ $i -eq $((TAKEOVERS / 2)) ] || [ $i -eq "$TAKEOVERS" ]; then
+		start_shaper "/tmp/takeover-$i.log"
+	else
+		start_shaper "/tmp/takeover-$i.log" --keep
+	fi
+	wait_shaping "$NEW_PID" "/tmp/takeover-$i.log"
+	t1=$(now_us)
+	gap_ms=$(((t1 - t0) / 1000))
+	OLD_PID=$NEW_PID
+	grep -q "taking over from the shaper (pid [0-9]*) that left it shaped" "/tmp/takeover-$i.log" ||
+		{ cat "/tmp/takeover-$i.log" >&2; fail "$WHAT_NOW: the new shaper did not take over"; }
+	grep -q "with the flow state the previous shaper left" "/tmp/takeover-$i.log" ||
+		{ cat "/tmp/takeover-$i.log" >&2; fail "$WHAT_NOW: the new shaper did not carry the flow state on"; }
+	[ -z "$(ls -A "$PINS" 2>/dev/null)" ] || fail "$WHAT_NOW: pins left behind: $(ls -R "$PINS")"
+	program_after=$(egress_program)
+	[ -n "$program_after" ] && [ "$program_after" != "$program_before" ] ||
+		fail "$WHAT_NOW: s0's egress program is [$program_after], was $program_before"
+	same_qdisc
+	rate_from "$t1" "$WHAT_NOW"
+	log "$WHAT_NOW ($how): old one gone in $left_ms ms, new one shaping $gap_ms ms after the signal; $RATE_NOW Mbit/s from $SETTLE_MS ms after ($ERR_NOW %)"
+	echo "RESULT kernel=$(uname -r) takeover=$i signal=$how left_ms=$left_ms shaping_after_ms=$gap_ms wire_mbit=$RATE_NOW error_pct=$ERR_NOW"
+done
+
+kill -0 "$iperf_pid" 2>/dev/null || fail "iperf3 ended before the takeovers did"
+kill -INT "$ping_pid"
+wait "$ping_pid"
+kill "$iperf_pid" 2>/dev/null
+wait "$iperf_pid" 2>/dev/null
+WHAT_NOW=end
+same_qdisc
+check_accounting "$SRC" s0 "$counted" "takeovers"
+
+# Every ping answered, in order, once.
+summary=$(grep 'packets transmitted' /tmp/takeover.ping)
+sent=$(echo "$summary" | awk '{ print $1 }')
+received=$(echo "$summary" | awk '{ print $4 }')
+log "ping: $summary"
+[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
+grep -q 'DUP!' /tmp/takeover.ping && fail "duplicate pings"
+sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/takeover.ping |
+	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
+	fail "pings reordered"
+rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/takeover.ping | cut -d' ' -f4)
+
+# The last one ran without --keep: SIGTERM restores s0 as it was found.
+kill -TERM "$OLD_PID"
+wait "$OLD_PID" || { cat "/tmp/takeover-$TAKEOVERS.log" >&2; fail "the last shaper exited with an error"; }
+[ "$(qdisc_state s0)" = "$before" ] || fail "s0 not restored: [$(qdisc_state s0)], was [$before]"
+[ -z "$(egress_program)" ] || fail "a program is still attached to s0 after the restore"
+[ -z "$(ls -A "$PINS" 2>/dev/null)" ] || fail "pins left after the restore: $(ls -R "$PINS")"
+[ -z "$(ls "$RUN_DIR"/*.json 2>/dev/null)" ] || fail "a state file is left after the restore"
+
+echo "RESULT kernel=$(uname -r) takeovers=$TAKEOVERS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST ping_min_avg_max_mdev_ms=$rtt"
+[ -z "$FAILURES" ] || fail "the rate missed $TOLERANCE % after a takeover$FAILURES"
+log "PASS: $TAKEOVERS takeovers, worst rate error $WORST %, no ping lost or reordered, nothing unshaped"
+pair_down
