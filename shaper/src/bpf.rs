@@ -157,9 +157,7 @@ impl Datapath {
         for (name, path) in pinned {
             loader.map_pin_path(name, path.as_path());
         }
-        let mut ebpf = loader
-            .load(OBJECT)
-            .map_err(|e| out_of_memory(e, state))?;
+        let mut ebpf = loader.load(OBJECT).map_err(|e| out_of_memory(e, state))?;
         egress_program(&mut ebpf)?.load()?;
         install_tail_calls(&mut ebpf)?;
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
@@ -495,7 +493,9 @@ pub fn remove_stale_filter(iface: &str) {
 /// [`remove_stale_filter`] at one hook.
 pub fn remove_stale_filter_at(iface: &str, hook: Hook) {
     let _ = match hook {
-        Hook::Egress => tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS),
+        Hook::Egress => {
+            tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS)
+        }
         Hook::Ingress => {
             tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS)
         }

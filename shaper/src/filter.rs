@@ -97,7 +97,8 @@ impl Filter {
     ) -> Result<(), NetlinkError> {
         let handle = list(sock, self.ifindex, self.hook)?
             .into_iter()
-            .find(|f| f.priority == LAST_PRIORITY && f.kind == self.kind)
+            // The kernel lists the priority's head too, with handle 0.
+            .find(|f| f.priority == LAST_PRIORITY && f.kind == self.kind && f.handle != 0)
             .map(|f| f.handle);
         self.put_redirect(sock, matcher, to_ifindex, handle)
     }

@@ -54,7 +54,8 @@ pub fn bpffs() -> PathBuf {
 pub fn require_bpffs() -> Result<(), HandoverError> {
     let path = bpffs();
     let missing = || HandoverError::NoBpffs(path.display().to_string());
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| missing())?;
+    let c_path =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| missing())?;
     // SAFETY: statfs fills the struct it is given; the path is NUL-terminated.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut fs) };
@@ -94,6 +95,11 @@ pub struct Leaving {
 }
 
 impl Leaving {
+    /// Pins into `dir`, which must exist on a bpffs mount.
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
     pub fn map(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -109,6 +115,11 @@ pub struct Left {
 }
 
 impl Left {
+    /// What was pinned into `dir`.
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
     /// What was left for `iface`, if anything.
     pub fn find(iface: &Interface) -> Option<Self> {
         let dir = dir(iface);

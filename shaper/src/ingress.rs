@@ -16,8 +16,8 @@ use tracing::{info, warn};
 use crate::{
     config::Settings,
     deploy::{Context, Deployment, Part},
-    handover::{self, Leaving},
     filter::{Filter, Matcher},
+    handover::{self, Leaving},
     health::Fault,
     link::{self, GroLimits, INGRESS_IFB, Interface, LinkError, plan_limits, restore_limits},
     netlink::{NetlinkError, Socket},

@@ -2,9 +2,9 @@
 //! it was left in.
 
 use crate::{
-    bpf, handover,
+    bpf,
     filter::{self, Hook},
-    ingress,
+    handover, ingress,
     link::{self, Interface, restore_limits},
     netlink::{NetlinkError, Socket},
     qdisc::{self, Snapshot},

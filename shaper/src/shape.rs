@@ -393,9 +393,7 @@ impl Programs {
                 .as_ref()
                 .and_then(|left| left.take_link(hook))
                 .map(Prior::Link),
-            AttachMode::Netlink => {
-                prior_filter(cx, hook)?.map(|handle| Prior::Filter { handle })
-            }
+            AttachMode::Netlink => prior_filter(cx, hook)?.map(|handle| Prior::Filter { handle }),
         };
         let name = &cx.iface.name;
         let attached = match (prior, hook) {
@@ -416,7 +414,12 @@ impl Programs {
 fn prior_filter(cx: &mut Context, hook: Hook) -> anyhow::Result<Option<u32>> {
     Ok(filter::list(cx.sock, cx.iface.ifindex, hook)?
         .into_iter()
-        .find(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY) && f.kind == "bpf")
+        // The kernel lists the priority's head too: the filter is the one with a program.
+        .find(|f| {
+            f.priority == u32::from(bpf::NETLINK_PRIORITY)
+                && f.kind == "bpf"
+                && f.program_id.is_some()
+        })
         .map(|f| f.handle))
 }
 

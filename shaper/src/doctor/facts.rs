@@ -153,6 +153,12 @@ pub enum ShaperFacts {
     Stale {
         pid: u32,
     },
+    /// The process that wrote it exited leaving the interface shaped for the next one
+    /// (`shaper run --keep`, SIGUSR2): its data path runs on at the last levels.
+    Left {
+        pid: u32,
+        rate_bps: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -161,7 +161,12 @@ fn shaper(iface: &Interface) -> Result<ShaperFacts, String> {
     let Some(state) = runtime::read_state(iface).map_err(|e| e.to_string())? else {
         return Ok(ShaperFacts::None);
     };
-    Ok(if !runtime::process_alive(state.pid) {
+    Ok(if state.kept && !runtime::process_alive(state.pid) {
+        ShaperFacts::Left {
+            pid: state.pid,
+            rate_bps: state.rate_bps,
+        }
+    } else if !runtime::process_alive(state.pid) {
         ShaperFacts::Stale { pid: state.pid }
     } else if state.starting {
         ShaperFacts::Starting { pid: state.pid }

@@ -366,6 +366,16 @@ fn running_shaper(iface: &str, link: &LinkFacts, privileged: bool) -> Check {
         Ok(ShaperFacts::Starting { pid }) => {
             Check::pass(NAME, format!("shaper (pid {pid}) is starting"))
         }
+        Ok(ShaperFacts::Left { pid, rate_bps }) => Check::warn(
+            NAME,
+            format!(
+                "shaper (pid {pid}) exited leaving it shaped at {} for the next one, with no control loop",
+                DisplayRate(*rate_bps)
+            ),
+            format!(
+                "start shaper there (it takes over in place), or: shaper reset --iface {iface}"
+            ),
+        ),
         Ok(ShaperFacts::Stale { pid }) => Check::warn(
             NAME,
             format!("shaper (pid {pid}) was killed: what it installed may be left, unshaped"),
@@ -918,6 +928,25 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .starts_with("shaper reset --iface eth0")
+        );
+        // Left for a successor: taking over is the remedy, resetting the other way.
+        let left = with_link(LinkFacts {
+            shaper: Ok(ShaperFacts::Left {
+                pid: 42,
+                rate_bps: 50_000_000,
+            }),
+            ..link()
+        });
+        let report = judge(&left);
+        let running = check(&report, "running_shaper");
+        assert_eq!(running.status, Status::Warn);
+        assert!(running.detail.contains("pid 42") && running.detail.contains("50Mbit"));
+        assert!(
+            running
+                .remedy
+                .as_deref()
+                .unwrap()
+                .starts_with("start shaper there")
         );
         // A record that cannot be read: as root, it is broken and goes before a reset.
         let broken = with_link(LinkFacts {
