@@ -12,6 +12,7 @@ use std::{fmt, time::Duration};
 use aya::programs::{SchedClassifier, TcAttachType};
 
 use crate::{
+    bpf,
     filter::{self, Hook},
     link::Interface,
     netlink::{NetlinkError, Socket},
@@ -107,7 +108,7 @@ pub fn qdisc_fault(qdiscs: &[Qdisc]) -> Option<Fault> {
     }
 }
 
-/// Whether the program `program_id` is attached at `hook` of `iface`, the way `mode` attaches.
+/// Whether the program `program_id` is attached at `hook` of `iface` (in `mode`).
 pub fn is_attached(
     sock: &mut Socket,
     iface: &Interface,
@@ -115,20 +116,33 @@ pub fn is_attached(
     hook: Hook,
     program_id: u32,
 ) -> Result<bool, NetlinkError> {
+    Ok(attached(sock, iface, mode, hook)?.contains(&program_id))
+}
+
+/// The ids of the programs attached at `hook` of `iface` in `mode`: with TCX, every program
+/// there (a query that fails, the device going away, counts as none; the link check tells
+/// which); with netlink, shaper's filter's (at [`bpf::NETLINK_PRIORITY`]).
+pub fn attached(
+    sock: &mut Socket,
+    iface: &Interface,
+    mode: AttachMode,
+    hook: Hook,
+) -> Result<Vec<u32>, NetlinkError> {
     match mode {
         AttachMode::Tcx => {
             let attach_type = match hook {
                 Hook::Ingress => TcAttachType::Ingress,
                 Hook::Egress => TcAttachType::Egress,
             };
-            // A query that fails (the device going away) counts as detached; the link check
-            // tells which.
             Ok(SchedClassifier::query_tcx(&iface.name, attach_type)
-                .is_ok_and(|(_, programs)| programs.iter().any(|p| p.id() == program_id)))
+                .map(|(_, programs)| programs.iter().map(|p| p.id()).collect())
+                .unwrap_or_default())
         }
         AttachMode::Netlink => Ok(filter::list(sock, iface.ifindex, hook)?
-            .iter()
-            .any(|f| f.program_id == Some(program_id))),
+            .into_iter()
+            .filter(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY))
+            .filter_map(|f| f.program_id)
+            .collect()),
     }
 }
 

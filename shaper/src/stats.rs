@@ -23,6 +23,12 @@ pub struct Report {
     pub horizon_ns: u64,
     pub isolation: String,
     pub attach: String,
+    /// The programs attached at the interface's egress, by kernel id (with TCX, others' too):
+    /// a new one after each takeover.
+    pub egress_programs: Vec<u32>,
+    /// The process exited leaving the interface shaped for the next one (`handover`): the data
+    /// path runs at the last levels, with no control loop.
+    pub kept: bool,
     pub uptime_s: u64,
     /// Packets stamped with a departure time (GSO super-packets count once).
     pub packets: u64,
@@ -123,6 +129,8 @@ impl Report {
             horizon_ns: state.horizon_ns,
             isolation: state.isolation.clone(),
             attach: format!("{:?}", state.attach).to_lowercase(),
+            egress_programs: Vec::new(),
+            kept: state.kept,
             uptime_s: now.saturating_sub(state.started_unix_s),
             packets: view.stats.shaped_packets,
             bytes: view.stats.shaped_bytes,
@@ -201,10 +209,15 @@ impl Report {
                 .join(", ")
         };
         format!(
-            "shaper on {} (ifindex {}, pid {}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  sent ahead of the rate (a stall): {} packets, {:.1} ms of wire time charged\n{}{}",
+            "shaper on {} (ifindex {}, pid {}{}, {} attach, up {} s)\n  rate {}  isolation {}  horizon {} ms\n  shaped: {} packets, {} bytes ({} sparse)\n{}  backlog: {:.3} ms scheduled ahead; scheduled delay p50 < {}, p99 < {}, {} of the frames beyond the AQM target\n  dropped: {} ({} of them ECN-capable)\n  ECN marked: {}\n  tins ({}): {}\n  ACK filter: {} pure ACKs seen, {} dropped; kept: {}; sent ahead of their flow: {}\n  passed unshaped: {}\n  clock contention fallbacks: {}, calendar delays: {}, lending refused: {}\n  sent ahead of the rate (a stall): {} packets, {:.1} ms of wire time charged\n{}{}",
             self.iface,
             self.ifindex,
             self.pid,
+            if self.kept {
+                ", which exited leaving it shaped for the next shaper: no control loop"
+            } else {
+                ""
+            },
             self.attach,
             self.uptime_s,
             DisplayRate(self.rate_bps),

@@ -33,33 +33,6 @@ write_config() {
 	printf 'iface = "s0"\nrate = "%smbit"\n%s\n' "$1" "${2:-}" >"$CONFIG"
 }
 
-# fq_root: "HANDLES FLOW_LIMIT SENT_BYTES" of s0: the handles of its qdiscs (the root, and the
-# fq leaves under an mq root; sorted, joined by commas), the first fq's flow_limit and the
-# root's sent bytes (under mq, the sum of its leaves').
-fq_root() {
-	handles=$(run "$SRC" tc qdisc show dev s0 | awk '{ print $2 "-" $3 }' | sort | tr '\n' ',')
-	run "$SRC" tc -s qdisc show dev s0 | awk -v h="$handles" '
-		/^qdisc fq / && f == "" { for (i = 1; i <= NF; i++) if ($i == "flow_limit") f = $(i + 1) }
-		/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; sent = $2 }
-		END { print h, (f == "" ? "-" : f), sent }'
-}
-
-# stats_rate: the rate (bits/s) `shaper stats` reports.
-stats_rate() {
-	run "$SRC" shaper stats --iface s0 --json | json_num rate_bps
-}
-
-ROOT_HANDLE=
-FQ_SENT=0
-# same_qdisc: the qdiscs are still shaper's first ones: the same handles, the root's sent bytes
-# no fewer than at the last check (a new qdisc would count from zero).
-same_qdisc() {
-	set -- $(fq_root)
-	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the qdiscs are now [$(fq_root)], were $ROOT_HANDLE"
-	[ "$3" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $3 bytes: a new qdisc"
-	FQ_SENT=$3 FQ_FLOW_LIMIT=$2
-}
-
 # shaper_counts: "DROPPED STALL_NS": the packets shaper dropped (every reason), and the wire
 # time it charged for packets the device sent late, all at once, after the machine stalled
 # (`shaper stats`: "sent ahead of the rate"): time the link lost, which shaper does not
@@ -208,24 +181,14 @@ echo "$out" | grep -q "nothing changed" || fail "$WHAT_NOW: printed [$out]"
 
 kill -0 "$iperf_pid" 2>/dev/null || fail "iperf3 ended before the changes did (raise PERIOD_S)"
 kill -0 "$ping_pid" 2>/dev/null || fail "ping ended before the changes did (raise PERIOD_S)"
-wait "$ping_pid"
-kill "$iperf_pid" 2>/dev/null
-wait "$iperf_pid" 2>/dev/null
+end_load "$iperf_pid" "$ping_pid"
 WHAT_NOW=end
 same_qdisc
 check_accounting "$SRC" s0 "$counted" "live changes"
 
 # Every ping answered, in order, once.
-summary=$(grep 'packets transmitted' /tmp/live.ping)
-sent=$(echo "$summary" | awk '{ print $1 }')
-received=$(echo "$summary" | awk '{ print $4 }')
-log "ping: $summary"
-[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
-grep -q 'DUP!' /tmp/live.ping && fail "duplicate pings"
-sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/live.ping |
-	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
-	fail "pings reordered"
-rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/live.ping | cut -d' ' -f4)
+set -- $(check_pings /tmp/live.ping)
+sent=$1 rtt=$2
 stalled=$(printf '%s' "$STALLED" | tr -cd ';' | wc -c)
 sender_limited=$(printf '%s' "$SENDER_LIMITED" | tr -cd ';' | wc -c)
 echo "RESULT kernel=$(uname -r) changes=$CHANGES reloads=$RELOADS pings=$sent lost=0 reordered=0 worst_error_pct=$WORST short_by_stalls=$stalled short_by_senders=$sender_limited ping_min_avg_max_mdev_ms=$rtt"

@@ -40,11 +40,11 @@ start_shaper() {
 # wait_shaping PID LOG: until the state file names PID as shaping s0 (not starting); fails if
 # the process ends first.
 wait_shaping() {
-	i=0
+	waited=0
 	until grep -q "\"pid\": $1," "$RUN_DIR"/*.json 2>/dev/null &&
 		grep -q '"starting": false' "$RUN_DIR"/*.json 2>/dev/null; do
-		i=$((i + 1))
-		if [ $i -gt 300 ] || ! kill -0 "$1" 2>/dev/null; then
+		waited=$((waited + 1))
+		if [ $waited -gt 300 ] || ! kill -0 "$1" 2>/dev/null; then
 			cat "$2" >&2
 			fail "shaper (pid $1) did not take over s0"
 		fi
@@ -52,26 +52,10 @@ wait_shaping() {
 	done
 }
 
-# fq_root: "HANDLES SENT_BYTES" of s0: its qdiscs' handles and the root's sent bytes.
-fq_root() {
-	handles=$(run "$SRC" tc qdisc show dev s0 | awk '{ print $2 "-" $3 }' | sort | tr '\n' ',')
-	run "$SRC" tc -s qdisc show dev s0 | awk -v h="$handles" '
-		/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; sent = $2 }
-		END { print h, sent }'
-}
-
-ROOT_HANDLE=
-FQ_SENT=0
-same_qdisc() {
-	set -- $(fq_root)
-	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the qdiscs are now [$(fq_root)], were $ROOT_HANDLE"
-	[ "$2" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $2 bytes: a new qdisc"
-	FQ_SENT=$2
-}
-
-# egress_program: the id of the program at s0's egress (TCX or the netlink filter).
+# egress_program: the program at s0's egress, by kernel id (TCX or shaper's netlink filter),
+# as `shaper stats` finds it in the kernel.
 egress_program() {
-	run "$SRC" bpftool net show dev s0 2>/dev/null | awk '/shaper_egress/ { for (i = 1; i <= NF; i++) if ($i == "prog_id") { print $(i + 1); exit } }'
+	run "$SRC" shaper stats --iface s0 --json | tr -d ' \n' | sed -n 's/.*"egress_programs":\[\([0-9,]*\)\].*/\1/p'
 }
 
 FAILURES=
@@ -112,13 +96,13 @@ sleep 2
 WHAT_NOW=start
 same_qdisc
 
-i=0
-while [ $i -lt "$TAKEOVERS" ]; do
-	i=$((i + 1))
-	WHAT_NOW="takeover $i"
+n=0
+while [ $n -lt "$TAKEOVERS" ]; do
+	n=$((n + 1))
+	WHAT_NOW="takeover $n"
 	program_before=$(egress_program)
 	t0=$(now_us)
-	if [ $i -eq $((TAKEOVERS / 2 + 1)) ]; then
+	if [ $n -eq $((TAKEOVERS / 2 + 1)) ]; then
 		# The documented signal: a process run without --keep leaves s0 shaped on SIGUSR2.
 		kill -USR2 "$OLD_PID"
 		how=SIGUSR2
@@ -126,26 +110,26 @@ while [ $i -lt "$TAKEOVERS" ]; do
 		kill -TERM "$OLD_PID"
 		how=SIGTERM
 	fi
-	wait "$OLD_PID" || { cat "/tmp/takeover-$((i - 1)).log" >&2; fail "$WHAT_NOW: the old shaper exited with an error"; }
-	grep -q "s0 left shaped for the next shaper" "/tmp/takeover-$((i - 1)).log" ||
-		{ cat "/tmp/takeover-$((i - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not leave s0 shaped"; }
+	wait "$OLD_PID" || { cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper exited with an error"; }
+	grep -q "s0 left shaped for the next shaper" "/tmp/takeover-$((n - 1)).log" ||
+		{ cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not leave s0 shaped"; }
 	left_ms=$((($(now_us) - t0) / 1000))
 	same_qdisc
 	[ "$(egress_program)" = "$program_before" ] || fail "$WHAT_NOW: with no shaper running, s0's egress program is [$(egress_program)], was $program_before"
 	# The one after the SIGUSR2 runs without --keep, and so does the last, which restores.
-	if [ $i -eq $((TAKEOVERS / 2)) ] || [ $i -eq "$TAKEOVERS" ]; then
-		start_shaper "/tmp/takeover-$i.log"
+	if [ $n -eq $((TAKEOVERS / 2)) ] || [ $n -eq "$TAKEOVERS" ]; then
+		start_shaper "/tmp/takeover-$n.log"
 	else
-		start_shaper "/tmp/takeover-$i.log" --keep
+		start_shaper "/tmp/takeover-$n.log" --keep
 	fi
-	wait_shaping "$NEW_PID" "/tmp/takeover-$i.log"
+	wait_shaping "$NEW_PID" "/tmp/takeover-$n.log"
 	t1=$(now_us)
 	gap_ms=$(((t1 - t0) / 1000))
 	OLD_PID=$NEW_PID
-	grep -q "taking over from the shaper (pid [0-9]*) that left it shaped" "/tmp/takeover-$i.log" ||
-		{ cat "/tmp/takeover-$i.log" >&2; fail "$WHAT_NOW: the new shaper did not take over"; }
-	grep -q "with the flow state the previous shaper left" "/tmp/takeover-$i.log" ||
-		{ cat "/tmp/takeover-$i.log" >&2; fail "$WHAT_NOW: the new shaper did not carry the flow state on"; }
+	grep -q "taking over from the shaper (pid [0-9]*) that left it shaped" "/tmp/takeover-$n.log" ||
+		{ cat "/tmp/takeover-$n.log" >&2; fail "$WHAT_NOW: the new shaper did not take over"; }
+	grep -q "with the flow state the previous shaper left" "/tmp/takeover-$n.log" ||
+		{ cat "/tmp/takeover-$n.log" >&2; fail "$WHAT_NOW: the new shaper did not carry the flow state on"; }
 	[ -z "$(ls -A "$PINS" 2>/dev/null)" ] || fail "$WHAT_NOW: pins left behind: $(ls -R "$PINS")"
 	program_after=$(egress_program)
 	[ -n "$program_after" ] && [ "$program_after" != "$program_before" ] ||
@@ -153,29 +137,18 @@ while [ $i -lt "$TAKEOVERS" ]; do
 	same_qdisc
 	rate_from "$t1" "$WHAT_NOW"
 	log "$WHAT_NOW ($how): old one gone in $left_ms ms, new one shaping $gap_ms ms after the signal; $RATE_NOW Mbit/s from $SETTLE_MS ms after ($ERR_NOW %)"
-	echo "RESULT kernel=$(uname -r) takeover=$i signal=$how left_ms=$left_ms shaping_after_ms=$gap_ms wire_mbit=$RATE_NOW error_pct=$ERR_NOW"
+	echo "RESULT kernel=$(uname -r) takeover=$n signal=$how left_ms=$left_ms shaping_after_ms=$gap_ms wire_mbit=$RATE_NOW error_pct=$ERR_NOW"
 done
 
 kill -0 "$iperf_pid" 2>/dev/null || fail "iperf3 ended before the takeovers did"
-kill -INT "$ping_pid"
-wait "$ping_pid"
-kill "$iperf_pid" 2>/dev/null
-wait "$iperf_pid" 2>/dev/null
+end_load "$iperf_pid" "$ping_pid"
 WHAT_NOW=end
 same_qdisc
 check_accounting "$SRC" s0 "$counted" "takeovers"
 
 # Every ping answered, in order, once.
-summary=$(grep 'packets transmitted' /tmp/takeover.ping)
-sent=$(echo "$summary" | awk '{ print $1 }')
-received=$(echo "$summary" | awk '{ print $4 }')
-log "ping: $summary"
-[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
-grep -q 'DUP!' /tmp/takeover.ping && fail "duplicate pings"
-sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' /tmp/takeover.ping |
-	awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' ||
-	fail "pings reordered"
-rtt=$(grep -o 'rtt min/avg/max/mdev = [^ ]*' /tmp/takeover.ping | cut -d' ' -f4)
+set -- $(check_pings /tmp/takeover.ping)
+sent=$1 rtt=$2
 
 # The last one ran without --keep: SIGTERM restores s0 as it was found.
 kill -TERM "$OLD_PID"

@@ -278,3 +278,55 @@ rss_kib() {
 memlock_kib() {
 	cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^memlock:/ { s += $2 } END { printf "%d\n", s / 1024 }'
 }
+
+# check_pings FILE: every ping in FILE (ping's output) was answered, once, in order; fails
+# otherwise. Prints "SENT RTT" (RTT: min/avg/max/mdev, ms).
+check_pings() {
+	summary=$(grep 'packets transmitted' "$1")
+	sent=$(echo "$summary" | awk '{ print $1 }')
+	received=$(echo "$summary" | awk '{ print $4 }')
+	echo "== ping: $summary" >&2
+	[ -n "$sent" ] && [ "$sent" = "$received" ] || fail "pings lost: $summary"
+	grep -q 'DUP!' "$1" && fail "duplicate pings"
+	sed -n 's/.*icmp_seq=\([0-9]*\) .*/\1/p' "$1" |
+		awk 'NR > 1 && $1 <= last { print "reordered: " $1 " after " last; bad = 1 } { last = $1 } END { exit bad }' >&2 ||
+		fail "pings reordered"
+	echo "$sent $(grep -o 'rtt min/avg/max/mdev = [^ ]*' "$1" | cut -d' ' -f4)"
+}
+
+# end_load IPERF_PID PING_PID: ends a load and its pings: the ping is interrupted (it counts
+# what it sent so far), iperf3 killed.
+end_load() {
+	kill -INT "$2" 2>/dev/null
+	wait "$2"
+	kill "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+	true
+}
+
+# fq_root: "HANDLES FLOW_LIMIT SENT_BYTES" of s0 in src: the handles of its qdiscs (the root, and the
+# fq leaves under an mq root; sorted, joined by commas), the first fq's flow_limit and the
+# root's sent bytes (under mq, the sum of its leaves').
+fq_root() {
+	handles=$(run "$SRC" tc qdisc show dev s0 | awk '{ print $2 "-" $3 }' | sort | tr '\n' ',')
+	run "$SRC" tc -s qdisc show dev s0 | awk -v h="$handles" '
+		/^qdisc fq / && f == "" { for (i = 1; i <= NF; i++) if ($i == "flow_limit") f = $(i + 1) }
+		/^qdisc (fq|mq) [0-9a-f]+: root/ { getline; sent = $2 }
+		END { print h, (f == "" ? "-" : f), sent }'
+}
+
+# stats_rate: the rate (bits/s) `shaper stats` reports.
+stats_rate() {
+	run "$SRC" shaper stats --iface s0 --json | json_num rate_bps
+}
+
+ROOT_HANDLE=
+FQ_SENT=0
+# same_qdisc: the qdiscs are still shaper's first ones: the same handles, the root's sent bytes
+# no fewer than at the last check (a new qdisc would count from zero).
+same_qdisc() {
+	set -- $(fq_root)
+	[ "$1" = "$ROOT_HANDLE" ] || fail "$WHAT_NOW: the qdiscs are now [$(fq_root)], were $ROOT_HANDLE"
+	[ "$3" -ge "$FQ_SENT" ] || fail "$WHAT_NOW: fq's counters went back from $FQ_SENT to $3 bytes: a new qdisc"
+	FQ_SENT=$3 FQ_FLOW_LIMIT=$2
+}

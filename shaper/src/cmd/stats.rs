@@ -4,8 +4,12 @@ use std::{io::IsTerminal, time::Duration};
 
 use crate::{
     bpf, cost,
+    filter::Hook,
+    health,
     link::Interface,
-    mapmem, probe,
+    mapmem,
+    netlink::Socket,
+    probe,
     record::State,
     runtime::{self, RuntimeError},
     stats::{self, Report},
@@ -111,7 +115,7 @@ fn running_state(args: &StatsArgs) -> anyhow::Result<State> {
         state = runtime::read_state(&Interface::lookup(&ifb)?)?
             .ok_or_else(|| RuntimeError::NotRunning(ifb.clone()))?;
     }
-    if !runtime::process_alive(state.pid) {
+    if !state.kept && !runtime::process_alive(state.pid) {
         anyhow::bail!(
             "shaper (pid {}) on {} is no longer running; its state is stale (a new `shaper run` will clean it up)",
             state.pid,
@@ -161,6 +165,10 @@ fn report(args: &StatsArgs) -> anyhow::Result<String> {
     }
     let view = bpf::view_by_ids(&state.maps)?;
     let mut report = Report::new(&state, &view);
+    if let Ok(iface) = Interface::lookup(&state.iface) {
+        report.egress_programs =
+            health::attached(&mut Socket::open()?, &iface, state.attach, Hook::Egress)?;
+    }
     // State files written before the levels' id was recorded have none.
     if state.maps.levels != 0 {
         report.set_tick(&bpf::levels_by_id(state.maps.levels)?);
