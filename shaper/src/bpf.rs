@@ -233,6 +233,14 @@ impl Datapath {
         Ok(map.iter().filter_map(Result::ok).collect())
     }
 
+    /// The hosts whose levels the control plane wrote.
+    pub fn host_rates(&self) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
+        let name = map_names::HOST_RATES;
+        let map =
+            HashMap::<_, FlowKey, HostRate>::try_from(self.map(name)?).map_err(map_err(name))?;
+        Ok(map.iter().filter_map(Result::ok).collect())
+    }
+
     /// Up to `limit` flows (for stats; a full walk of a big table takes a while).
     pub fn flows(&self, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
         let name = map_names::FLOWS;

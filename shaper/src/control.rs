@@ -187,6 +187,28 @@ impl Controller {
         }
     }
 
+    /// Takes up a data path that already has hosts (one a predecessor left, `handover`): its
+    /// epochs go on from the last one written, so no host's record of an epoch is met again;
+    /// each host's window starts from its counters now, so that what it sent before is not
+    /// read as one tick's demand; and hosts whose levels are written are followed as measured
+    /// (their rates are removed when they go, as this loop's own are).
+    pub fn resume(&mut self, dp: &Datapath) -> Result<(), BpfError> {
+        self.epoch = self.epoch.max(dp.levels()?.epoch);
+        let measured: std::collections::HashSet<FlowKey> =
+            dp.host_rates()?.into_iter().map(|(k, _)| k).collect();
+        for (key, state) in dp.hosts()? {
+            self.seen.insert(
+                key,
+                Seen {
+                    window: HostWindow::since(state),
+                    measured: measured.contains(&key),
+                    ..Seen::default()
+                },
+            );
+        }
+        Ok(())
+    }
+
     /// Shares `rate_bps` by these modes from the next tick on. What it follows of each host
     /// (windows, boosts) stays: a host keyed anew by another isolation mode falls silent and is
     /// forgotten as any other.

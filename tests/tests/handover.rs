@@ -281,3 +281,34 @@ fn a_netlink_filter_is_changed_in_place_to_the_successors_program() {
     assert!(ours(&mut sock).is_empty(), "the successor owns the filter");
     ip(&["link", "del", DEV]);
 }
+
+#[test]
+fn a_control_loop_takes_up_the_hosts_it_finds_without_reading_their_past_as_one_tick() {
+    use shaper::control::Controller;
+    use shaper_common::{diffserv::Diffserv, isolation::Isolation};
+
+    let cfg = config(SLOW_BPS, 10 * SECOND);
+    let mut h = Harness::new(cfg);
+    for _ in 0..50 {
+        h.run(&datagram(1, 1), &SkbContext::default());
+    }
+    let mut predecessor = Controller::new(SLOW_BPS, Isolation::TripleIsolate, Diffserv::Besteffort);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let last = predecessor.tick(&mut h.datapath).unwrap();
+    assert_eq!(last.active_hosts, 1);
+
+    // No packet since: a loop that takes the data path up sees an idle host, on the next
+    // epoch; one that does not reads its 50 packets as this tick's.
+    let mut fresh = Controller::new(SLOW_BPS, Isolation::TripleIsolate, Diffserv::Besteffort);
+    let mut resumed = Controller::new(SLOW_BPS, Isolation::TripleIsolate, Diffserv::Besteffort);
+    resumed.resume(&h.datapath).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let tick = resumed.tick(&mut h.datapath).unwrap();
+    assert_eq!(tick.epoch, last.epoch + 1, "the epochs go on");
+    assert_eq!(tick.active_hosts, 0, "nothing was sent during the tick");
+    let misread = fresh.tick(&mut h.datapath).unwrap();
+    assert_eq!(
+        misread.active_hosts, 1,
+        "without taking up, the past reads as demand"
+    );
+}

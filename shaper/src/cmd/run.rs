@@ -654,10 +654,16 @@ fn shape_one(
     let path = runtime::control_socket_path(deployment.iface());
     let control = ControlSocket::bind(&path)
         .map_err(|e| anyhow::anyhow!("control socket {}: {e}", path.display()))?;
-    let controller = |s: &Settings| Controller::new(s.rate_bps, s.isolation, s.diffserv);
+    // A data path a predecessor left has hosts already: the loops take them up.
+    let controller = |d: &Deployment| -> anyhow::Result<Controller> {
+        let s = d.settings();
+        let mut controller = Controller::new(s.rate_bps, s.isolation, s.diffserv);
+        controller.resume(d.datapath())?;
+        Ok(controller)
+    };
     Ok(Shaped {
-        egress: controller(deployment.settings()),
-        ingress: deployment.nested_mut().map(|i| controller(i.settings())),
+        egress: controller(&deployment)?,
+        ingress: deployment.nested_mut().map(|i| controller(i)).transpose()?,
         deployment,
         source,
         control,
