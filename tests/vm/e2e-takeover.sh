@@ -90,7 +90,9 @@ total_s=$((6 + TAKEOVERS * 4))
 run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 30)) -P 4 --format m >/tmp/takeover.iperf 2>&1 &
 iperf_pid=$!
 sleep 1
-run "$SRC" ping -i 0.01 10.9.0.2 >/tmp/takeover.ping 2>&1 &
+# Not through `run`: the pid must be ping's own (ip execs it), for end_load's SIGINT, which a
+# background subshell would ignore.
+ip netns exec "$SRC" ping -i 0.01 10.9.0.2 >/tmp/takeover.ping 2>&1 &
 ping_pid=$!
 sleep 2
 WHAT_NOW=start

@@ -295,7 +295,8 @@ check_pings() {
 }
 
 # end_load IPERF_PID PING_PID: ends a load and its pings: the ping is interrupted (it counts
-# what it sent so far), iperf3 killed.
+# what it sent so far), iperf3 killed. PING_PID must be ping's own (`ip netns exec ... &`): a
+# shell running it in the background ignores SIGINT.
 end_load() {
 	kill -INT "$2" 2>/dev/null
 	wait "$2"
