@@ -421,7 +421,10 @@ impl Datapath {
     /// netlink filter stays by itself: its link is let go without detaching. The dequeue
     /// observer detaches at exit (the successor attaches its own).
     pub fn leave(&mut self, leaving: &Leaving, mode: AttachMode) -> Result<(), BpfError> {
-        for name in map_names::CARRIED {
+        // The tail calls' array too, not to be carried: the kernel empties a program array
+        // when the last process holding it lets go, and the attached program would then pass
+        // every packet unshaped until its successor replaces it. The pin holds it until then.
+        for name in map_names::CARRIED.into_iter().chain([map_names::PROGRAMS]) {
             let map = self.map(name)?;
             let data = map_data(map).ok_or(BpfError::Missing(name))?;
             data.pin(leaving.map(name))

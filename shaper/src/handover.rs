@@ -9,7 +9,10 @@
 //!   successor's object is loaded with in place of new ones when every one of them fits its
 //!   layout (all or none: a calendar without the levels that booked it is not a state);
 //! - the TCX links (kernels >= 6.6), which would go with the process otherwise. A netlink
-//!   filter outlives its process by itself.
+//!   filter outlives its process by itself;
+//! - the leaving object's tail-call array, which the kernel empties when no process holds it
+//!   any more: its program would then pass every packet unshaped. Not taken up: the
+//!   successor's object has its own.
 //!
 //! The successor replaces the programs in place (a link update, or a filter change at the same
 //! priority and handle), so every packet meets one program or the other: none leaves unshaped,
