@@ -628,7 +628,11 @@ fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {
 
 fn map_data(map: &Map) -> Option<&MapData> {
     match map {
-        Map::Array(d) | Map::PerCpuArray(d) | Map::HashMap(d) | Map::LruHashMap(d) => Some(d),
+        Map::Array(d)
+        | Map::PerCpuArray(d)
+        | Map::HashMap(d)
+        | Map::LruHashMap(d)
+        | Map::ProgramArray(d) => Some(d),
         _ => None,
     }
 }

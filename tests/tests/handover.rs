@@ -17,6 +17,7 @@ use shaper::{
     qdisc,
     record::AttachMode,
 };
+use shaper_common::names::map_names;
 use shaper_tests::{
     Harness, PASS, TEST_STATE, config,
     packet::{self, Frame},
@@ -105,6 +106,9 @@ fn a_successor_goes_on_with_the_state_its_predecessor_left() {
     old.datapath
         .leave(&Leaving::at(fs.dir()), AttachMode::Tcx)
         .expect("pin the carried maps");
+    // The tail calls' array too: the kernel empties it when no process holds it any more, and
+    // the program left attached would pass everything.
+    assert!(fs.dir().join(map_names::PROGRAMS).exists());
     let (datapath, carried) =
         Datapath::load_carrying(&TEST_STATE, &Left::at(fs.dir())).expect("load the successor");
     assert!(carried, "every carried map was left and fits");
@@ -147,7 +151,7 @@ fn maps_that_do_not_fit_the_successor_are_not_carried() {
     assert_eq!(datapath.snapshot().unwrap().stats.shaped_packets, 0);
 
     // All or none: one map missing, none is carried.
-    std::fs::remove_file(fs.dir().join(shaper_common::names::map_names::CALENDAR)).unwrap();
+    std::fs::remove_file(fs.dir().join(map_names::CALENDAR)).unwrap();
     let (datapath, carried) = Datapath::load_carrying(&TEST_STATE, &Left::at(fs.dir())).unwrap();
     assert!(!carried, "the calendar was not left");
     assert_eq!(datapath.snapshot().unwrap().stats.shaped_packets, 0);
