@@ -116,6 +116,22 @@ impl HostRate {
             ..self
         }
     }
+
+    /// The factor by which the host's flows run above the level its rounds are charged at
+    /// (the control loop's boost, [`HostRate::with_rounds_at`]), recovered from the rates alone:
+    /// what a control loop taking over a data path resumes from. 1 where it cannot be told.
+    #[cfg(feature = "user")]
+    pub fn boost(&self, config: &ShaperConfig) -> f64 {
+        if self.flow_ns_per_byte_fp == 0 || self.ack_round_ns == 0 || config.ack_quantum_bytes == 0
+        {
+            return 1.0;
+        }
+        // ack_round_ns = quantum x level's ns per byte: the level's pace, over the boosted one.
+        let level_ns_per_byte = self.ack_round_ns as f64 / f64::from(config.ack_quantum_bytes);
+        let boosted_ns_per_byte =
+            self.flow_ns_per_byte_fp as f64 / (1u64 << crate::edt::NS_PER_BYTE_SHIFT) as f64;
+        level_ns_per_byte / boosted_ns_per_byte
+    }
 }
 
 impl Levels {
@@ -130,6 +146,23 @@ impl Levels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "user")]
+    #[test]
+    fn a_hosts_boost_is_recovered_from_its_rates() {
+        use crate::edt::ns_per_byte_fp;
+        let config = ShaperConfig {
+            ack_quantum_bytes: 3_028,
+            ..Default::default()
+        };
+        for (level_bps, boost) in [(7_500_000.0, 1.0), (7_500_000.0, 1.37), (118_750.0, 1.5)] {
+            let rate = HostRate::new(&config, ns_per_byte_fp((level_bps * boost) as u64), 0, 0)
+                .with_rounds_at(&config, ns_per_byte_fp(level_bps as u64));
+            let recovered = rate.boost(&config);
+            assert!((recovered - boost).abs() < 1e-3, "{boost}: {recovered}");
+        }
+        assert_eq!(HostRate::default().boost(&config), 1.0);
+    }
 
     #[test]
     fn calendar_bins_fit_the_largest_packet_and_no_more() {

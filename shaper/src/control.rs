@@ -191,17 +191,19 @@ impl Controller {
     /// epochs go on from the last one written, so no host's record of an epoch is met again;
     /// each host's window starts from its counters now, so that what it sent before is not
     /// read as one tick's demand; and hosts whose levels are written are followed as measured
-    /// (their rates are removed when they go, as this loop's own are).
+    /// (their rates are removed when they go, as this loop's own are), at the boost those
+    /// levels carry.
     pub fn resume(&mut self, dp: &Datapath) -> Result<(), BpfError> {
         self.epoch = self.epoch.max(dp.levels()?.epoch);
-        let measured: std::collections::HashSet<FlowKey> =
-            dp.host_rates()?.into_iter().map(|(k, _)| k).collect();
+        let rates: HashMap<FlowKey, HostRate> = dp.host_rates()?.into_iter().collect();
         for (key, state) in dp.hosts()? {
+            let rate = rates.get(&key);
             self.seen.insert(
                 key,
                 Seen {
                     window: HostWindow::since(state),
-                    measured: measured.contains(&key),
+                    measured: rate.is_some(),
+                    boost: rate.map_or(1.0, |r| r.boost(dp.config()).clamp(1.0, MAX_BOOST)),
                     ..Seen::default()
                 },
             );
