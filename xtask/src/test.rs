@@ -46,8 +46,6 @@ const VM_SCRIPTS: &[&[&str]] = &[
     // Three interfaces in one `shaper run --config`, each at its own rate at once; one deleted
     // and re-created, re-shaped within 1 s; a reload that adds and removes interfaces.
     &["tests/vm/e2e-interfaces.sh"],
-    // 20 takeovers under load and pings: a new `shaper run` replaces the old one in place.
-    &["tests/vm/e2e-takeover.sh"],
     // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
     // direction, beside CAKE.
     &["tests/vm/e2e-busy.sh"],
