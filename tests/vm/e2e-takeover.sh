@@ -86,7 +86,9 @@ set -- $(fq_root)
 ROOT_HANDLE=$1
 counted=$(byte_counters "$SRC" s0)
 
-total_s=$((6 + TAKEOVERS * 4))
+# What one takeover takes at most in the emulated guest (the old one leaving, the new one
+# verifying its programs: 2-3 s on a quiet machine, up to 6 s on a busy one, then the window).
+total_s=$((6 + TAKEOVERS * 10))
 run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 30)) -P 4 --format m >/tmp/takeover.iperf 2>&1 &
 iperf_pid=$!
 sleep 1
