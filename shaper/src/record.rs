@@ -110,3 +110,35 @@ impl SegmenterState {
         }
     }
 }
+
+/// A state file's content for tests: shaper on `iface` (ifindex 2, pid 1) at 1 Mbit/s,
+/// triple-isolate, TCX, maps 1 to 6.
+#[cfg(test)]
+pub fn example(iface: &str) -> State {
+    State {
+        pid: 1,
+        iface: iface.into(),
+        ifindex: 2,
+        rate_bps: 1_000_000,
+        horizon_ns: 2_000_000_000,
+        isolation: "triple-isolate".into(),
+        diffserv: "besteffort".into(),
+        started_unix_s: 0,
+        starting: false,
+        kept: false,
+        attach: AttachMode::Tcx,
+        clsact_added: false,
+        original: Default::default(),
+        original_gso: None,
+        ingress: None,
+        segmenter: None,
+        maps: MapIds {
+            config: 1,
+            stats: 2,
+            hosts: 3,
+            flows: 4,
+            host_rates: 5,
+            levels: 6,
+        },
+    }
+}

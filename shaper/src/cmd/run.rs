@@ -28,7 +28,7 @@ use crate::{
     control::{self, Controller},
     deploy::Deployment,
     handover, health, ingress,
-    interfaces::Plan,
+    interfaces::{Link, Plan},
     link::Interface,
     linkwatch::{self, Watcher},
     live::{
@@ -240,13 +240,7 @@ impl Supervisor {
     /// Without sections, the one interface failing to shape is the error.
     fn reconcile(&mut self) -> anyhow::Result<Vec<String>> {
         let mut done = Vec::new();
-        let links = linkwatch::links(&mut self.sock)?;
-        let default_route = if self.plan.follows_default_route() {
-            linkwatch::default_route_devices(&mut self.sock, &links)?
-        } else {
-            Default::default()
-        };
-        let wanted = self.plan.wanted(&links, &default_route);
+        let (links, wanted) = self.wanted_now()?;
         if !self.follow && wanted.is_empty() {
             // The one interface went away (its health check ends the run) or never was.
             if self.shaped.is_empty() {
@@ -350,6 +344,18 @@ impl Supervisor {
             info!("{line}");
         }
         Ok(done)
+    }
+
+    /// The system's links now, and the settings the plan wants for each of them it names.
+    fn wanted_now(&mut self) -> anyhow::Result<(Vec<Link>, BTreeMap<String, Options>)> {
+        let links = linkwatch::links(&mut self.sock)?;
+        let default_route = if self.plan.follows_default_route() {
+            linkwatch::default_route_devices(&mut self.sock, &links)?
+        } else {
+            Default::default()
+        };
+        let wanted = self.plan.wanted(&links, &default_route);
+        Ok((links, wanted))
     }
 
     /// Restores (or, if its device went away, lets go of) the interface at `at`.
@@ -493,13 +499,7 @@ impl Supervisor {
             );
         }
         self.plan = plan;
-        let links = linkwatch::links(&mut self.sock)?;
-        let default_route = if self.plan.follows_default_route() {
-            linkwatch::default_route_devices(&mut self.sock, &links)?
-        } else {
-            Default::default()
-        };
-        let wanted = self.plan.wanted(&links, &default_route);
+        let (_, wanted) = self.wanted_now()?;
         if !self.follow {
             // One interface: its changes and refusals as they are, without its name.
             let Some(s) = self.shaped.first_mut() else {

@@ -287,35 +287,9 @@ fn sample(p: Published, top_hosts: usize) -> Result<DirectionSample, BpfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{AttachMode, MapIds};
 
     fn state(iface: &str) -> State {
-        State {
-            pid: 1,
-            iface: iface.into(),
-            ifindex: 2,
-            rate_bps: 1_000_000,
-            horizon_ns: 2_000_000_000,
-            isolation: "triple-isolate".into(),
-            diffserv: "besteffort".into(),
-            started_unix_s: 0,
-            starting: false,
-            kept: false,
-            attach: AttachMode::Tcx,
-            clsact_added: false,
-            original: Default::default(),
-            original_gso: None,
-            ingress: None,
-            segmenter: None,
-            maps: MapIds {
-                config: 1,
-                stats: 2,
-                hosts: 3,
-                flows: 4,
-                host_rates: 5,
-                levels: 6,
-            },
-        }
+        crate::record::example(iface)
     }
 
     #[test]

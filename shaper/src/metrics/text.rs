@@ -461,35 +461,15 @@ mod tests {
     use crate::{
         bpf::DatapathView,
         metrics::{Direction, status::ControlSample},
-        record::{AttachMode, MapIds, State},
+        record::State,
     };
 
     fn state(iface: &str, diffserv: &str) -> State {
         State {
-            pid: 1,
-            iface: iface.into(),
-            ifindex: 2,
             rate_bps: 100_000_004,
-            horizon_ns: 2_000_000_000,
-            isolation: "triple-isolate".into(),
             diffserv: diffserv.into(),
             started_unix_s: 1_700_000_000,
-            starting: false,
-            kept: false,
-            attach: AttachMode::Tcx,
-            clsact_added: false,
-            original: Default::default(),
-            original_gso: None,
-            ingress: None,
-            segmenter: None,
-            maps: MapIds {
-                config: 1,
-                stats: 2,
-                hosts: 3,
-                flows: 4,
-                host_rates: 5,
-                levels: 6,
-            },
+            ..crate::record::example(iface)
         }
     }
 
