@@ -46,14 +46,7 @@ impl Source {
             Some(path) => config::load_file(path)?,
             None => Options::default(),
         };
-        let source = Self {
-            sets: Options::default(),
-            command_line,
-            path: path.map(Path::to_path_buf),
-            file,
-        };
-        let settings = source.settings()?;
-        Ok((source, settings))
+        Self::with_file(command_line, path, file)
     }
 
     /// The settings of an interface whose file layer (its `[[interface]]` section over the
