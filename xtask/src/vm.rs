@@ -6,6 +6,7 @@
 //! through `--out DIR`: whatever the command writes to `$SHAPER_OUT` is tarred onto a raw
 //! virtio disk at the end and unpacked into DIR on the host.
 
+use std::os::unix::process::CommandExt as _;
 use std::{
     collections::VecDeque,
     io::{BufRead, BufReader, Write},
@@ -264,6 +265,17 @@ fn vm_command(spec: &VmSpec) -> Result<(Vec<String>, Vec<PathBuf>)> {
 
 /// Runs qemu, streaming its serial console, until the exit marker, a panic or the timeout.
 fn console(qemu: &mut Command, timeout: Duration) -> Result<i32> {
+    // The guest dies with this process: a run interrupted (a signal, a killed test suite) must
+    // not leave a VM running, unlocked, beside the next one.
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        qemu.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = qemu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
