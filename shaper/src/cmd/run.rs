@@ -64,7 +64,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
     probe::require_btf()?;
     if args.keep {
-        handover::require_bpffs()?;
+        handover::require_support()?;
     }
     if let Some(name) = plan.single_iface() {
         Interface::lookup(&name)?;
