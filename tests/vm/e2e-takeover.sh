@@ -110,7 +110,9 @@ counted=$(byte_counters "$SRC" s0)
 # What one takeover takes at most in the emulated guest (the old one leaving, the new one
 # verifying its programs: 2-3 s on a quiet machine, up to 6 s on a busy one, then the window).
 total_s=$((6 + TAKEOVERS * 10))
-run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 30)) -P 4 --format m >/tmp/takeover.iperf 2>&1 &
+# Not through `run` either: killing a subshell would leave iperf3 sending while the counters
+# are read.
+ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 30)) -P 4 --format m >/tmp/takeover.iperf 2>&1 &
 iperf_pid=$!
 sleep 1
 # Not through `run`: the pid must be ping's own (ip execs it), for end_load's SIGINT, which a

@@ -295,8 +295,9 @@ check_pings() {
 }
 
 # end_load IPERF_PID PING_PID: ends a load and its pings: the ping is interrupted (it counts
-# what it sent so far), iperf3 killed. PING_PID must be ping's own (`ip netns exec ... &`): a
-# shell running it in the background ignores SIGINT.
+# what it sent so far), iperf3 killed. Both pids must be the programs' own (`ip netns exec ...
+# &`, which execs them): a shell running ping in the background ignores SIGINT, and killing one
+# running iperf3 leaves iperf3 sending.
 end_load() {
 	kill -INT "$2" 2>/dev/null
 	wait "$2"
