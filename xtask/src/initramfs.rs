@@ -51,7 +51,7 @@ const OPTIONAL_MODULES: &[&str] = &[
 /// sysctl, which reads sysctl.d files as the host's boot does).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
-    "sysctl", "nsenter",
+    "sysctl", "nsenter", "unshare",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM
@@ -345,6 +345,14 @@ while read -r m; do
 	insmod {MODULE_DIR}/"$m" || echo "shaper-vm: insmod $m failed"
 done </etc/shaper-vm/modules
 ip link set lo up
+# Multi-threaded TCG can run a vCPU's old translation of kernel text that the other vCPU is
+# patching for a static key: it meets an int3 no patch owns and the guest panics ("Oops: int3"
+# at receive timestamps' sites in ip_local_deliver_finish and netif_rx_internal). The keys the
+# tests would flip all the time are held on for the whole boot, from a namespace of their own
+# that no script lists: receive timestamps (each ping turns them on and off) and the clsact
+# hooks (each start and stop on the only shaped interface).
+unshare --net sh -c 'ip link set lo up && ip link add keys0 type veth peer name keys1 &&
+	tc qdisc add dev keys0 clsact && exec ping -q -i 3600 127.0.0.1' >/dev/null 2>&1 &
 hostname shaper-vm
 ulimit -l unlimited
 export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}{save_env}
