@@ -175,22 +175,12 @@ measure_pair() {
 }
 
 # judge WHAT CEILING RATE: "; what is wrong" with $shaped, $shaped_wire against $cake, the
-# goodput CEILING and the RATE (nothing when all holds). shaper's goodput may not fall more than
-# TOLERANCE % short of CAKE's, nor of the ceiling wherever CAKE reaches it; above CAKE's is
-# better, where the busy machine could not drive CAKE's own work. Its device may never send
-# faster than the rate (OVER % for the counters' timing).
+# goodput CEILING and the RATE (nothing when all holds): `shortfall`, and its device may never
+# send faster than the rate (OVER % for the counters' timing).
 judge() {
-	if within "$cake" "$2" "$TOLERANCE"; then
-		short "$shaped" "$2" && printf '; %s: %s not within %s%% of the ceiling %s' "$1" "$shaped" "$TOLERANCE" "$2"
-	fi
-	short "$shaped" "$cake" && printf "; %s: %s more than %s%% below CAKE's %s" "$1" "$shaped" "$TOLERANCE" "$cake"
+	shortfall "$1" "$shaped" "$cake" "$2"
 	above "$3" "$shaped_wire" && printf '; %s: the device sent at %s Mbit/s, above the rate %s' "$1" "$shaped_wire" "$3"
 	true
-}
-
-# short VALUE REFERENCE: VALUE is more than TOLERANCE % below REFERENCE.
-short() {
-	awk -v v="$1" -v r="$2" -v p="$TOLERANCE" 'BEGIN { exit !(v < r * (1 - p / 100)) }'
 }
 
 case " $CONTENTION " in *" hogs "*) hogs_start ;; esac

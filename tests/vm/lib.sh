@@ -138,6 +138,24 @@ within() {
 	awk -v v="$1" -v t="$2" -v p="$3" 'BEGIN { d = v - t; if (d < 0) d = -d; exit !(d <= t * p / 100) }'
 }
 
+# short VALUE REFERENCE: VALUE is more than TOLERANCE % below REFERENCE.
+short() {
+	awk -v v="$1" -v r="$2" -v p="$TOLERANCE" 'BEGIN { exit !(v < r * (1 - p / 100)) }'
+}
+
+# shortfall WHAT SHAPED CAKE CEILING: "; what is wrong" (nothing when all holds) with shaper's
+# goodput SHAPED beside CAKE's in the same boot: it may not fall more than TOLERANCE % short of
+# CAKE's, nor of the ceiling wherever CAKE reaches it. Where CAKE does not, the emulated machine
+# cannot drive the rate and only the comparison with CAKE says anything about the shaper; above
+# CAKE's is better.
+shortfall() {
+	if within "$3" "$4" "$TOLERANCE"; then
+		short "$2" "$4" && printf '; %s: %s not within %s%% of the ceiling %s' "$1" "$2" "$TOLERANCE" "$4"
+	fi
+	short "$2" "$3" && printf "; %s: %s more than %s%% below CAKE's %s" "$1" "$2" "$TOLERANCE" "$3"
+	true
+}
+
 # ratio A B: A/B with three decimals.
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'
