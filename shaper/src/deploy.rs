@@ -107,6 +107,15 @@ pub fn repaired(iface: &Interface, fault: &Fault, action: &str) {
     warn!("{}: {fault} behind shaper's back; {action}", iface.name);
 }
 
+/// How [`Deployment::hand_over`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handed {
+    /// Left shaped, its state pinned for the next process.
+    Left,
+    /// Leaving failed part-way, and the interface was restored instead.
+    Restored,
+}
+
 pub struct Deployment {
     iface: Interface,
     settings: Settings,
@@ -293,20 +302,20 @@ impl Deployment {
     /// last first, leave what they installed in place; the state file stays, as the successor's
     /// record of what to put back in the end. If leaving fails part-way, the interface is
     /// restored instead: it is never left half.
-    pub fn hand_over(mut self) -> anyhow::Result<()> {
+    pub fn hand_over(mut self) -> anyhow::Result<Handed> {
         let left = self.leave();
         match left {
             Ok(()) => {
                 self.torn_down = true;
                 info!("{} left shaped for the next shaper", self.iface.name);
-                Ok(())
+                Ok(Handed::Left)
             }
             Err(e) => {
                 warn!(
                     "could not leave {} to the next shaper ({e:#}); restoring it",
                     self.iface.name
                 );
-                self.undo()
+                self.undo().map(|()| Handed::Restored)
             }
         }
     }

@@ -19,15 +19,26 @@
 //! and fq keeps what it holds. Once it is shaping, it removes the pins: they are a hand-over
 //! only, and a later crash of the successor must not leave programs attached for ever.
 //!
+//! A process leaves when it is stopped with `--keep`, on SIGUSR2, or when the next one, started
+//! with `--replace` while it runs, asks it to over the interface's control socket
+//! ([`ask_to_leave`]): then it leaves that interface alone and shapes the others on, and ends
+//! once it has none left.
+//!
 //! bpffs is per mount: two processes share pins only under the same mount of it (`ip netns
-//! exec` mounts /sys anew, without bpffs). `--keep` checks for it before anything is shaped.
+//! exec` mounts /sys anew, without bpffs). `--keep` and `--replace` check for it before
+//! anything is shaped.
 
 use std::path::{Path, PathBuf};
 
 use aya::programs::links::{FdLink, PinnedLink};
 use tracing::warn;
 
-use crate::{filter::Hook, link::Interface, runtime};
+use crate::{
+    filter::Hook,
+    link::Interface,
+    live::protocol::{self, Request, Response},
+    runtime::{self, InterfaceLock},
+};
 
 /// `statfs(2)`'s `f_type` of a bpffs mount.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -35,11 +46,11 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 #[derive(Debug, thiserror::Error)]
 pub enum HandoverError {
     #[error(
-        "--keep needs bpffs at {0} to leave the data path to the next shaper (mount -t bpf bpf {0}; in a container, mount the host's /sys/fs/bpf)"
+        "handing over (--keep, --replace) needs bpffs at {0} to leave the data path to the next shaper (mount -t bpf bpf {0}; in a container, mount the host's /sys/fs/bpf)"
     )]
     NoBpffs(String),
     #[error(
-        "--keep needs TCX links (Linux 6.6 or later): handing over netlink filters hung the kernel (Linux 6.1) in tests; run without --keep, which restores on exit"
+        "handing over (--keep, --replace) needs TCX links (Linux 6.6 or later): handing over netlink filters hung the kernel (Linux 6.1) in tests; run without them: exit restores, and the next shaper starts anew"
     )]
     NoTcx,
     #[error("{what} {path}: {source}")]
@@ -182,6 +193,34 @@ impl Left {
             warn!("removing {}: {e}", self.dir.display());
         }
     }
+}
+
+/// Asks the shaper running on `iface`, if one is, to leave it shaped for this process
+/// (`Request::Leave`), and waits until it has let it go. With none running, nothing to do.
+pub fn ask_to_leave(iface: &Interface) -> anyhow::Result<()> {
+    if !InterfaceLock::held(iface)? {
+        return Ok(());
+    }
+    let name = &iface.name;
+    let path = runtime::control_socket_path(iface);
+    match protocol::ask(&path, &Request::Leave {}) {
+        Ok(Response::Left { pid }) => {
+            tracing::info!("{name}: the shaper (pid {pid}) left it shaped for this one");
+        }
+        Ok(Response::Error { message }) => {
+            anyhow::bail!("the shaper running on {name} did not leave it: {message}")
+        }
+        Ok(other) => anyhow::bail!(
+            "the shaper running on {name} answered a request to leave with {other:?}"
+        ),
+        Err(e) => anyhow::bail!(
+            "asking the shaper running on {name} to leave it ({}): {e}",
+            path.display()
+        ),
+    }
+    // It answers once it has let go; its lock goes with its last descriptor.
+    InterfaceLock::wait_free(iface, protocol::TIMEOUT)?;
+    Ok(())
 }
 
 /// Removes what a predecessor left for `iface` (restoring it, or `shaper reset`).

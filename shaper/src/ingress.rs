@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::{
     config::Settings,
-    deploy::{Context, Deployment, Part},
+    deploy::{Context, Deployment, Handed, Part},
     filter::{Filter, Matcher},
     handover::{self, Leaving},
     health::Fault,
@@ -226,7 +226,11 @@ impl Part for Ingress {
     /// The IFB, its redirect and its fq stay; its own deployment is left as the egress one is.
     fn hand_over(&mut self, _cx: &mut Context, _leaving: &Leaving) -> anyhow::Result<()> {
         match self.deployment.take() {
-            Some(deployment) => deployment.hand_over(),
+            Some(deployment) => match deployment.hand_over()? {
+                Handed::Left => Ok(()),
+                // The egress side then restores too: never half left.
+                Handed::Restored => anyhow::bail!("the IFB could not be left, and was restored"),
+            },
             None => Ok(()),
         }
     }

@@ -15,6 +15,7 @@ use std::{
         unix::fs::{OpenOptionsExt, PermissionsExt},
     },
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use tracing::warn;
@@ -88,6 +89,34 @@ pub struct InterfaceLock {
 
 impl InterfaceLock {
     pub fn acquire(iface: &Interface) -> Result<Self, RuntimeError> {
+        Self::try_acquire(iface)?.ok_or_else(|| RuntimeError::AlreadyRunning {
+            iface: iface.name.clone(),
+            pid: read_state(iface).ok().flatten().map(|s| s.pid),
+        })
+    }
+
+    /// Whether a shaper holds `iface`'s lock now.
+    pub fn held(iface: &Interface) -> Result<bool, RuntimeError> {
+        Ok(Self::try_acquire(iface)?.is_none())
+    }
+
+    /// Waits up to `timeout` for the shaper holding `iface`'s lock to let it go.
+    pub fn wait_free(iface: &Interface, timeout: Duration) -> Result<(), RuntimeError> {
+        let started = Instant::now();
+        while Self::held(iface)? {
+            if started.elapsed() > timeout {
+                return Err(RuntimeError::AlreadyRunning {
+                    iface: iface.name.clone(),
+                    pid: read_state(iface).ok().flatten().map(|s| s.pid),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The lock, or `None` while another process holds it.
+    fn try_acquire(iface: &Interface) -> Result<Option<Self>, RuntimeError> {
         let dir = run_dir();
         create_private_dir(&dir)?;
         let path = base_path(iface).with_extension("lock");
@@ -104,14 +133,7 @@ impl InterfaceLock {
             })?;
         // SAFETY: flock on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let pid = read_state(iface).ok().flatten().map(|s| s.pid);
-            return Err(RuntimeError::AlreadyRunning {
-                iface: iface.name.clone(),
-                pid,
-            });
-        }
-        Ok(Self { _file: file })
+        Ok((rc == 0).then_some(Self { _file: file }))
     }
 }
 

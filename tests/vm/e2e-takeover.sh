@@ -3,8 +3,8 @@
 # on kernels with TCX (on others: that --keep is refused and SIGUSR2 restores).
 # While iperf3 loads s0 and ping crosses it every 10 ms, a new `shaper run --keep` replaces the
 # running one TAKEOVERS times: the old one, stopped by SIGTERM (SIGUSR2 for one of them, run
-# without --keep), leaves s0 shaped, and the new one takes over its programs in place and its
-# flow state. Throughout: no ping is lost or reordered, the root qdisc is the same one (its
+# without --keep; every third, a new one started with --replace asks it to leave), leaves s0
+# shaped, and the new one takes over its programs in place and its flow state. Throughout: no ping is lost or reordered, the root qdisc is the same one (its
 # handles, and fq's counters that only grow), nothing passes unshaped (the accounting
 # invariant over the whole run, shaper's counters carried from one process to the next), and
 # from 200 ms after each new process is shaping the device sends at the rate within 2 %. Each
@@ -77,6 +77,15 @@ rate_from() {
 	fi
 }
 
+# old_left: waits for the old shaper ($OLD_PID) to end, and checks that it ended well and left
+# s0 shaped; how long after T0 in $left_ms.
+old_left() {
+	wait "$OLD_PID" || { cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper exited with an error"; }
+	grep -q "s0 left shaped for the next shaper" "/tmp/takeover-$((n - 1)).log" ||
+		{ cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not leave s0 shaped"; }
+	left_ms=$((($(now_us) - t0) / 1000))
+}
+
 pair_up
 run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
 before=$(qdisc_state s0)
@@ -84,10 +93,12 @@ before=$(qdisc_state s0)
 # --keep is refused before anything changes, and SIGUSR2 restores.
 case "$(uname -r)" in
 [0-5].* | 6.[0-5].*)
-	out=$(nsenter --net=/run/netns/"$SRC" shaper run --iface s0 --rate "${RATE}mbit" --keep 2>&1) &&
-		fail "--keep was accepted without TCX"
-	echo "$out" | grep -q "needs TCX links" || fail "--keep without TCX: unexpected answer: $out"
-	[ "$(qdisc_state s0)" = "$before" ] || fail "a refused --keep changed s0: [$(qdisc_state s0)]"
+	for flag in --keep --replace; do
+		out=$(nsenter --net=/run/netns/"$SRC" shaper run --iface s0 --rate "${RATE}mbit" $flag 2>&1) &&
+			fail "$flag was accepted without TCX"
+		echo "$out" | grep -q "needs TCX links" || fail "$flag without TCX: unexpected answer: $out"
+		[ "$(qdisc_state s0)" = "$before" ] || fail "a refused $flag changed s0: [$(qdisc_state s0)]"
+	done
 	start_shaper /tmp/takeover-0.log
 	wait_shaping "$NEW_PID" /tmp/takeover-0.log
 	kill -USR2 "$NEW_PID"
@@ -95,7 +106,7 @@ case "$(uname -r)" in
 	grep -q "could not leave s0 to the next shaper" /tmp/takeover-0.log || fail "SIGUSR2 without TCX did not say it restores"
 	[ "$(qdisc_state s0)" = "$before" ] || fail "SIGUSR2 without TCX did not restore s0: [$(qdisc_state s0)]"
 	[ -z "$(ls -A "$PINS" 2>/dev/null)" ] || fail "pins left: $(ls -R "$PINS")"
-	log "PASS: without TCX, --keep is refused ($out) and SIGUSR2 restores"
+	log "PASS: without TCX, --keep and --replace are refused ($out) and SIGUSR2 restores"
 	pair_down
 	exit 0
 	;;
@@ -133,25 +144,36 @@ while [ $n -lt "$TAKEOVERS" ]; do
 		# The documented signal: a process run without --keep leaves s0 shaped on SIGUSR2.
 		kill -USR2 "$OLD_PID"
 		how=SIGUSR2
+	elif [ $((n % 3)) -eq 0 ]; then
+		# As a rolling update that starts the new process first: it asks the old one to leave.
+		how=replace
 	else
 		kill -TERM "$OLD_PID"
 		how=SIGTERM
 	fi
-	wait "$OLD_PID" || { cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper exited with an error"; }
-	grep -q "s0 left shaped for the next shaper" "/tmp/takeover-$((n - 1)).log" ||
-		{ cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not leave s0 shaped"; }
-	left_ms=$((($(now_us) - t0) / 1000))
-	same_qdisc
-	[ "$(egress_program)" = "$program_before" ] || fail "$WHAT_NOW: with no shaper running, s0's egress program is [$(egress_program)], was $program_before"
+	if [ $how != replace ]; then
+		old_left
+		same_qdisc
+		[ "$(egress_program)" = "$program_before" ] || fail "$WHAT_NOW: with no shaper running, s0's egress program is [$(egress_program)], was $program_before"
+	fi
 	# The one after the SIGUSR2 runs without --keep, and so does the last, which restores.
+	keep=--keep
 	if [ $n -eq $((TAKEOVERS / 2)) ] || [ $n -eq "$TAKEOVERS" ]; then
-		start_shaper "/tmp/takeover-$n.log"
+		keep=
+	fi
+	if [ $how = replace ]; then
+		start_shaper "/tmp/takeover-$n.log" --replace $keep
 	else
-		start_shaper "/tmp/takeover-$n.log" --keep
+		start_shaper "/tmp/takeover-$n.log" $keep
 	fi
 	wait_shaping "$NEW_PID" "/tmp/takeover-$n.log"
 	t1=$(now_us)
 	gap_ms=$(((t1 - t0) / 1000))
+	if [ $how = replace ]; then
+		old_left
+		grep -q "left to the next shaper at its request" "/tmp/takeover-$((n - 1)).log" ||
+			{ cat "/tmp/takeover-$((n - 1)).log" >&2; fail "$WHAT_NOW: the old shaper did not say it was asked to leave"; }
+	fi
 	OLD_PID=$NEW_PID
 	grep -q "taking over from the shaper (pid [0-9]*) that left it shaped" "/tmp/takeover-$n.log" ||
 		{ cat "/tmp/takeover-$n.log" >&2; fail "$WHAT_NOW: the new shaper did not take over"; }
@@ -163,7 +185,7 @@ while [ $n -lt "$TAKEOVERS" ]; do
 		fail "$WHAT_NOW: s0's egress program is [$program_after], was $program_before"
 	same_qdisc
 	rate_from "$t1" "$WHAT_NOW"
-	log "$WHAT_NOW ($how): old one gone in $left_ms ms, new one shaping $gap_ms ms after the signal; $RATE_NOW Mbit/s from $SETTLE_MS ms after ($ERR_NOW %)"
+	log "$WHAT_NOW ($how): old one gone in $left_ms ms, new one shaping $gap_ms ms after the signal (or the start); $RATE_NOW Mbit/s from $SETTLE_MS ms after ($ERR_NOW %)"
 	echo "RESULT kernel=$(uname -r) takeover=$n signal=$how left_ms=$left_ms shaping_after_ms=$gap_ms wire_mbit=$RATE_NOW error_pct=$ERR_NOW"
 done
 

@@ -40,6 +40,7 @@ pub fn ask(iface: &str, request: &Request) -> anyhow::Result<()> {
             }
         }
         Response::Error { message } => anyhow::bail!("{iface}: {message}"),
+        Response::Left { .. } => anyhow::bail!("{iface}: the running shaper left instead"),
     }
     Ok(())
 }

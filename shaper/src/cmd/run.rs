@@ -15,9 +15,16 @@
 //!
 //! On exit every interface is restored, each as it was found; with `--keep`, or on SIGUSR2,
 //! every interface is left shaped instead, for the next `shaper run` to take over
-//! (`handover`).
+//! (`handover`). A `shaper run --replace` started meanwhile asks for each interface it shapes
+//! in turn: that one is left shaped and never taken back, and a process with none left ends.
 
-use std::{collections::BTreeMap, future::poll_fn, path::PathBuf, task::Poll, time::Instant};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    future::poll_fn,
+    path::PathBuf,
+    task::Poll,
+    time::Instant,
+};
 
 use shaper_common::rate::DisplayRate;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -26,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use crate::{
     config::{Options, Settings},
     control::{self, Controller},
-    deploy::Deployment,
+    deploy::{Deployment, Handed},
     handover, health, ingress,
     interfaces::{Link, Plan},
     link::Interface,
@@ -57,13 +64,19 @@ pub struct RunArgs {
     /// exit restores every interface; SIGUSR2 always exits leaving them shaped.
     #[arg(long)]
     pub keep: bool,
+    /// Take over from a shaper already running on an interface this run shapes: it is asked
+    /// to leave the interface shaped (as on SIGUSR2), and this process takes up its programs
+    /// and flow state in place, as for a rolling update where the new process starts first.
+    /// Needs what --keep needs.
+    #[arg(long)]
+    pub replace: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let plan = Plan::load(args.options, args.config.as_deref())?;
     probe::require_privileges()?;
     probe::require_btf()?;
-    if args.keep {
+    if args.keep || args.replace {
         handover::require_support()?;
     }
     if let Some(name) = plan.single_iface() {
@@ -96,6 +109,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut supervisor = Supervisor {
         follow: plan.has_sections(),
         plan,
+        replace: args.replace,
+        given: BTreeSet::new(),
         shaped: Vec::new(),
         failed: BTreeMap::new(),
         monitor: monitor.clone(),
@@ -108,6 +123,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let leave = match &served {
         Ok(Stop::Leave) => true,
         Ok(Stop::Asked) => args.keep,
+        // Nothing is left to end.
+        Ok(Stop::Replaced) => false,
         // A failing process restores what it shaped: its successor may never come.
         Err(_) => false,
     };
@@ -128,6 +145,8 @@ enum Stop {
     Asked,
     /// SIGUSR2: leave every interface shaped for the next process.
     Leave,
+    /// Every interface was handed over on request (`Request::Leave`).
+    Replaced,
 }
 
 /// SIGINT and SIGTERM (stop), SIGUSR2 (stop, leaving the interfaces shaped), SIGHUP (reload),
@@ -173,6 +192,10 @@ struct Supervisor {
     /// The interfaces follow the system (the plan has sections); otherwise the one interface's
     /// failures end the run.
     follow: bool,
+    /// Ask a shaper running on an interface to leave it to this process (`--replace`).
+    replace: bool,
+    /// Interfaces left to another process at its request: not shaped again by this one.
+    given: BTreeSet<String>,
     shaped: Vec<Shaped>,
     /// Interfaces that could not be shaped, with the device and settings tried: not tried
     /// again until either changes.
@@ -219,6 +242,10 @@ impl Supervisor {
                 (at, pending) = next_request(&mut self.shaped) => {
                     let response = self.answer(Some(at), &pending.request);
                     pending.answer(response);
+                    if self.shaped.is_empty() && !self.given.is_empty() {
+                        info!("every interface was left to the next shaper; exiting");
+                        return Ok(Stop::Replaced);
+                    }
                 }
                 due = tick.tick() => {
                     self.monitor.tick_started(due.elapsed());
@@ -240,7 +267,8 @@ impl Supervisor {
     /// Without sections, the one interface failing to shape is the error.
     fn reconcile(&mut self) -> anyhow::Result<Vec<String>> {
         let mut done = Vec::new();
-        let (links, wanted) = self.wanted_now()?;
+        let (links, mut wanted) = self.wanted_now()?;
+        wanted.retain(|name, _| !self.given.contains(name));
         if !self.follow && wanted.is_empty() {
             // The one interface went away (its health check ends the run) or never was.
             if self.shaped.is_empty() {
@@ -298,7 +326,7 @@ impl Supervisor {
             }
             let started = Instant::now();
             let spares = self.follow.then_some(&mut self.spares);
-            match shape_one(source, &settings, spares) {
+            match shape_one(source, &settings, spares, self.replace) {
                 Ok(mut shaped) => {
                     self.failed.remove(name);
                     publish(&self.monitor, &mut shaped, true);
@@ -429,6 +457,12 @@ impl Supervisor {
     /// tells the monitor; the answer for the client.
     fn answer(&mut self, at: Option<usize>, request: &Request) -> Response {
         let (what, outcome) = match (request, at) {
+            (Request::Leave {}, Some(at)) => return self.give_away(at),
+            (Request::Leave {}, None) => {
+                return Response::Error {
+                    message: "leave needs an interface".into(),
+                };
+            }
             (Request::Set { .. }, Some(at)) => ("set", self.set(at, request)),
             (Request::Set { .. }, None) => {
                 return Response::Error {
@@ -463,6 +497,37 @@ impl Supervisor {
             publish(&self.monitor, s, true);
         }
         response
+    }
+
+    /// Leaves interface `at` shaped for the process that asked (`Request::Leave`), for good.
+    fn give_away(&mut self, at: usize) -> Response {
+        if let Err(e) = handover::require_support() {
+            warn!("asked to leave {}: {e}", self.shaped[at].name());
+            return Response::Error {
+                message: e.to_string(),
+            };
+        }
+        let Shaped {
+            deployment,
+            control,
+            ..
+        } = self.shaped.remove(at);
+        let name = deployment.iface().name.clone();
+        self.monitor.forget(&name);
+        self.given.insert(name.clone());
+        drop(control);
+        let message = match deployment.hand_over() {
+            Ok(Handed::Left) => {
+                info!("{name}: left to the next shaper at its request");
+                return Response::Left {
+                    pid: std::process::id(),
+                };
+            }
+            Ok(Handed::Restored) => "it could not be left shaped, and was restored".to_string(),
+            Err(e) => format!("leaving it failed: {e:#}"),
+        };
+        error!("{name}: asked to leave it: {message}");
+        Response::Error { message }
     }
 
     /// `shaper set` on interface `at`.
@@ -563,7 +628,7 @@ impl Supervisor {
     /// Leaves every interface shaped for the next process (`Deployment::hand_over`; one that
     /// cannot be left is restored); the first error is returned, the others logged.
     fn leave_all(&mut self) -> anyhow::Result<()> {
-        self.end_all("leaving", Deployment::hand_over)
+        self.end_all("leaving", |d| d.hand_over().map(drop))
     }
 
     /// Restores every interface, the last shaped first; the first error is returned, the others
@@ -643,8 +708,12 @@ fn shape_one(
     source: Source,
     settings: &Settings,
     spares: Option<&mut Spares>,
+    replace: bool,
 ) -> anyhow::Result<Shaped> {
     let iface = Interface::lookup(&settings.iface)?;
+    if replace {
+        handover::ask_to_leave(&iface)?;
+    }
     let mut deployment = match spares {
         Some(spares) => shape::apply_with(settings, iface, |state| spares.take(state))?,
         None => shape::apply(settings, iface)?,

@@ -1,4 +1,5 @@
-//! What `shaper set` and `shaper reload` say to a running `shaper run`, and what it answers:
+//! What `shaper set`, `shaper reload` and a `shaper run --replace` say to a running `shaper
+//! run`, and what it answers:
 //! one JSON object per line each way, one request per connection, over the interface's control
 //! socket (`runtime::control_socket_path`).
 //!
@@ -115,6 +116,9 @@ pub enum Request {
     Set { options: Box<SetOptions> },
     /// Read `shaper run --config FILE` again and apply what differs.
     Reload {},
+    /// Leave this interface shaped, its state pinned, for the process asking (`shaper run
+    /// --replace`), and never shape it again; a process left with no interface ends.
+    Leave {},
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +129,8 @@ pub enum Response {
     /// Refused or failed; `message` says why (and, for a setting that cannot change in place,
     /// to restart).
     Error { message: String },
+    /// The interface is left shaped for the asking process, and its lock released.
+    Left { pid: u32 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,8 +202,9 @@ mod tests {
     }
 
     #[test]
-    fn reload_and_both_answers_round_trip() {
+    fn reload_leave_and_every_answer_round_trip() {
         assert_eq!(encode(&Request::Reload {}), "{\"command\":\"reload\"}\n");
+        assert_eq!(encode(&Request::Leave {}), "{\"command\":\"leave\"}\n");
         for response in [
             Response::Changed {
                 changes: vec!["rate: 20 Mbit/s -> 40 Mbit/s".into()],
@@ -206,6 +213,7 @@ mod tests {
             Response::Error {
                 message: "a line\nand another".into(),
             },
+            Response::Left { pid: 42 },
         ] {
             let line = encode(&response);
             assert_eq!(line.matches('\n').count(), 1, "one line: {line:?}");

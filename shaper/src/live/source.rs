@@ -22,6 +22,8 @@ pub enum SourceError {
     NoConfigFile,
     #[error("nothing to set: give at least one setting, e.g. --rate 40mbit")]
     NothingToSet,
+    #[error("leaving an interface changes no setting")]
+    NoSettings,
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
@@ -98,6 +100,7 @@ impl Source {
                     ..self.clone()
                 }
             }
+            Request::Leave {} => return Err(SourceError::NoSettings),
         };
         let settings = next.settings()?;
         Ok((next, settings))
