@@ -350,9 +350,21 @@ ip link set lo up
 # at receive timestamps' sites in ip_local_deliver_finish and netif_rx_internal). The keys the
 # tests would flip all the time are held on for the whole boot, from a namespace of their own
 # that no script lists: receive timestamps (each ping turns them on and off) and the clsact
-# hooks (each start and stop on the only shaped interface).
+# hooks (each start and stop on the only shaped interface); and the qdisc_dequeue tracepoint
+# (shaper's dequeue observer attaches at each start). A tracepoint's site is patched when its
+# first probe comes and when a second does (a static call to the one probe, then to the
+# loop over them), so two are held: the trace event in two trace instances, registered
+# soft-disabled (an enable_event trigger on another event, behind a filter no qdisc
+# matches), each costing a dequeue one flag test.
 unshare --net sh -c 'ip link set lo up && ip link add keys0 type veth peer name keys1 &&
 	tc qdisc add dev keys0 clsact && exec ping -q -i 3600 127.0.0.1' >/dev/null 2>&1 &
+tracing=/sys/kernel/tracing
+mkdir -p $tracing/instances/keys 2>/dev/null
+for events in $tracing/events $tracing/instances/keys/events; do
+	echo 'enable_event:qdisc:qdisc_dequeue if handle == 4294967295' \
+		>$events/qdisc/qdisc_destroy/trigger 2>/dev/null ||
+		echo "shaper-vm: qdisc_dequeue not held on in $events"
+done
 hostname shaper-vm
 ulimit -l unlimited
 export SHAPER_OUT={OUT_DIR} SHAPER_VM_KERNEL={kernel}{save_env}

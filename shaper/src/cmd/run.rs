@@ -241,11 +241,13 @@ impl Supervisor {
                 }
                 (at, pending) = next_request(&mut self.shaped) => {
                     let response = self.answer(Some(at), &pending.request);
-                    pending.answer(response);
                     if self.shaped.is_empty() && !self.given.is_empty() {
+                        // The last answer reaches its client before the process ends.
+                        pending.answer_written(response).await;
                         info!("every interface was left to the next shaper; exiting");
                         return Ok(Stop::Replaced);
                     }
+                    pending.answer(response);
                 }
                 due = tick.tick() => {
                     self.monitor.tick_started(due.elapsed());

@@ -29,12 +29,21 @@ const QUEUE: usize = 4;
 pub struct Pending {
     pub request: Request,
     reply: oneshot::Sender<Response>,
+    /// Told once the answer is written (or could not be).
+    written: oneshot::Receiver<()>,
 }
 
 impl Pending {
     /// Sends the answer (a client that went away meanwhile does not get it).
     pub fn answer(self, response: Response) {
         let _ = self.reply.send(response);
+    }
+
+    /// Sends the answer and waits until its connection has written it (at most
+    /// `protocol::TIMEOUT`): for a last answer, before the process ends and its tasks with it.
+    pub async fn answer_written(self, response: Response) {
+        let _ = self.reply.send(response);
+        let _ = timeout(TIMEOUT, self.written).await;
     }
 }
 
@@ -109,11 +118,21 @@ async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
         Ok(Ok(_)) if line.ends_with('\n') => match protocol::decode(&line) {
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
-                if requests.send(Pending { request, reply }).await.is_err() {
+                let (done, written) = oneshot::channel();
+                let pending = Pending {
+                    request,
+                    reply,
+                    written,
+                };
+                if requests.send(pending).await.is_err() {
                     return;
                 }
                 match answer.await {
-                    Ok(response) => response,
+                    Ok(response) => {
+                        write_answer(&mut write, &response).await;
+                        let _ = done.send(());
+                        return;
+                    }
                     Err(_) => return,
                 }
             }
@@ -126,9 +145,13 @@ async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
         },
         _ => return,
     };
+    write_answer(&mut write, &response).await;
+}
+
+async fn write_answer(write: &mut tokio::net::unix::OwnedWriteHalf, response: &Response) {
     let _ = timeout(
         TIMEOUT,
-        write.write_all(protocol::encode(&response).as_bytes()),
+        write.write_all(protocol::encode(response).as_bytes()),
     )
     .await;
 }
@@ -188,6 +211,30 @@ mod tests {
         );
         drop(control);
         assert!(!path.exists(), "the socket is removed with the server");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_last_answer_is_written_before_the_runtime_ends() {
+        let dir = std::env::temp_dir().join(format!("shaper-leave-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("test.sock");
+        let rt = runtime();
+        let mut control = {
+            let _rt = rt.enter();
+            ControlSocket::bind(&path).unwrap()
+        };
+        let client_path = path.clone();
+        let client = std::thread::spawn(move || protocol::ask(&client_path, &Request::Leave {}));
+        rt.block_on(async {
+            let pending = timeout(TIMEOUT, control.next()).await.unwrap().unwrap();
+            assert_eq!(pending.request, Request::Leave {});
+            drop(control);
+            pending.answer_written(Response::Left { pid: 7 }).await;
+        });
+        // The process ends here: its runtime, and every task still on it, with it.
+        drop(rt);
+        assert_eq!(client.join().unwrap().unwrap(), Response::Left { pid: 7 });
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
