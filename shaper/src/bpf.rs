@@ -497,8 +497,20 @@ impl Datapath {
 /// A detached filter named like ours from a crashed run (netlink mode only; TCX links die with
 /// their process).
 pub fn remove_stale_filter(iface: &str) {
-    let _ = tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS);
-    let _ = tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS);
+    remove_stale_filter_at(iface, Hook::Egress);
+    remove_stale_filter_at(iface, Hook::Ingress);
+}
+
+/// [`remove_stale_filter`] at one hook.
+pub fn remove_stale_filter_at(iface: &str, hook: Hook) {
+    let _ = match hook {
+        Hook::Egress => {
+            tc::qdisc_detach_program(iface, TcAttachType::Egress, program_names::EGRESS)
+        }
+        Hook::Ingress => {
+            tc::qdisc_detach_program(iface, TcAttachType::Ingress, program_names::INGRESS)
+        }
+    };
 }
 
 fn attach_options(mode: AttachMode) -> TcAttachOptions {

@@ -49,10 +49,6 @@ pub enum HandoverError {
         "handing over (--keep, --replace) needs bpffs at {0} to leave the data path to the next shaper (mount -t bpf bpf {0}; in a container, mount the host's /sys/fs/bpf)"
     )]
     NoBpffs(String),
-    #[error(
-        "handing over (--keep, --replace) needs TCX links (Linux 6.6 or later): handing over netlink filters hung the kernel (Linux 6.1) in tests; run without them: exit restores, and the next shaper starts anew"
-    )]
-    NoTcx,
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -83,16 +79,6 @@ pub fn require_bpffs() -> Result<(), HandoverError> {
     Ok(())
 }
 
-/// Fails unless this host can hand an interface over: bpffs at [`bpffs`], and TCX links. Without
-/// TCX the programs hang from netlink filters, and handing those over soft-locked both CPUs of
-/// a Linux 6.1 guest in 2 of 4 runs (cause not found yet): there, exit restores.
-pub fn require_support() -> Result<(), HandoverError> {
-    require_bpffs()?;
-    if !crate::probe::has_tcx() {
-        return Err(HandoverError::NoTcx);
-    }
-    Ok(())
-}
 
 /// The directory of `iface`'s pins.
 fn dir(iface: &Interface) -> PathBuf {
@@ -108,7 +94,7 @@ fn link_pin(dir: &Path, hook: Hook) -> PathBuf {
 
 /// The directory a process leaving `iface` pins into, made private (0700).
 pub fn prepare(iface: &Interface) -> Result<Leaving, HandoverError> {
-    require_support()?;
+    require_bpffs()?;
     let dir = dir(iface);
     runtime::create_private_dir(&dir).map_err(|e| HandoverError::Io {
         what: "creating",

@@ -22,7 +22,7 @@ use crate::{
     bpf::{self, Datapath, Prior},
     config::{Settings, StateParams},
     deploy::{Context, Deployment, Part, repaired},
-    filter::Hook,
+    filter::{self, Hook},
     handover::{self, Leaving, Left},
     health::{self, Fault},
     link::{
@@ -111,9 +111,6 @@ pub fn apply_with(
                     "a previous shaper (pid {}) did not exit cleanly on {}; taking over its state",
                     prev.pid, iface.name
                 );
-            }
-            if prev.attach == AttachMode::Netlink {
-                bpf::remove_stale_filter(&iface.name);
             }
             (prev.original.clone(), prev.clsact_added)
         }
@@ -386,8 +383,9 @@ impl Programs {
         self.attach(cx, Hook::Ingress)
     }
 
-    /// Attaches the program at `hook`: in place of a predecessor's TCX link where one was left
-    /// (`handover`), atomically, so that no packet passes between the two; anew otherwise.
+    /// Attaches the program at `hook`: in place of a predecessor's where one is attached (one
+    /// that left the interface shaped, or a crashed run's netlink filter), atomically, so that
+    /// no packet passes between the two; anew otherwise.
     fn attach(&mut self, cx: &mut Context, hook: Hook) -> anyhow::Result<()> {
         let prior = match self.mode {
             AttachMode::Tcx => self
@@ -395,9 +393,7 @@ impl Programs {
                 .as_ref()
                 .and_then(|left| left.take_link(hook))
                 .map(Prior::Link),
-            // A crashed run's filter was removed before the start (`apply_with`): netlink
-            // filters are not taken over (`handover::require_support`).
-            AttachMode::Netlink => None,
+            AttachMode::Netlink => prior_filter(cx, hook)?.map(|handle| Prior::Filter { handle }),
         };
         let name = &cx.iface.name;
         let attached = match (prior, hook) {
@@ -413,6 +409,20 @@ impl Programs {
     }
 }
 
+/// The handle of shaper's netlink filter at `hook` (at [`bpf::NETLINK_PRIORITY`]), left by a
+/// predecessor.
+fn prior_filter(cx: &mut Context, hook: Hook) -> anyhow::Result<Option<u32>> {
+    Ok(filter::list(cx.sock, cx.iface.ifindex, hook)?
+        .into_iter()
+        // The kernel lists the priority's head too: the filter is the one with a program.
+        .find(|f| {
+            f.priority == u32::from(bpf::NETLINK_PRIORITY)
+                && f.kind == "bpf"
+                && f.program_id.is_some()
+        })
+        .map(|f| f.handle))
+}
+
 impl Part for Programs {
     fn record(&self, state: &mut State) {
         state.attach = self.mode;
@@ -425,6 +435,13 @@ impl Part for Programs {
         }
         self.attach(cx, Hook::Egress)?;
         self.observe_ingress(cx)?;
+        if self.mode == AttachMode::Netlink
+            && self.settings.ack_filter == AckFilter::Off
+            && prior_filter(cx, Hook::Ingress)?.is_some()
+        {
+            // A predecessor's observer, which these settings do not want.
+            bpf::remove_stale_filter_at(&cx.iface.name, Hook::Ingress);
+        }
         let name = &cx.iface.name;
         // Shaping works without it; only a stall's clump then goes uncharged.
         if let Err(e) = cx.datapath.watch_dequeue(cx.iface.ifindex) {

@@ -1,6 +1,6 @@
 #!/bin/sh
-# End to end: upgrades without a gap (docs/design.md, "Handing over to the next process"),
-# on kernels with TCX (on others: that --keep is refused and SIGUSR2 restores).
+# End to end: upgrades without a gap (docs/design.md, "Handing over to the next process"):
+# TCX links on kernels that have them, netlink filters changed in place on the others.
 # While iperf3 loads s0 and ping crosses it every 10 ms, a new `shaper run --keep` replaces the
 # running one TAKEOVERS times: the old one, stopped by SIGTERM (SIGUSR2 for one of them, run
 # without --keep; every third, a new one started with --replace asks it to leave), leaves s0
@@ -89,28 +89,6 @@ old_left() {
 pair_up
 run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
 before=$(qdisc_state s0)
-# Without TCX (Linux < 6.6) netlink filters are not handed over (`handover::require_support`):
-# --keep is refused before anything changes, and SIGUSR2 restores.
-case "$(uname -r)" in
-[0-5].* | 6.[0-5].*)
-	for flag in --keep --replace; do
-		out=$(nsenter --net=/run/netns/"$SRC" shaper run --iface s0 --rate "${RATE}mbit" $flag 2>&1) &&
-			fail "$flag was accepted without TCX"
-		echo "$out" | grep -q "needs TCX links" || fail "$flag without TCX: unexpected answer: $out"
-		[ "$(qdisc_state s0)" = "$before" ] || fail "a refused $flag changed s0: [$(qdisc_state s0)]"
-	done
-	start_shaper /tmp/takeover-0.log
-	wait_shaping "$NEW_PID" /tmp/takeover-0.log
-	kill -USR2 "$NEW_PID"
-	wait "$NEW_PID" || { cat /tmp/takeover-0.log >&2; fail "shaper exited with an error on SIGUSR2"; }
-	grep -q "could not leave s0 to the next shaper" /tmp/takeover-0.log || fail "SIGUSR2 without TCX did not say it restores"
-	[ "$(qdisc_state s0)" = "$before" ] || fail "SIGUSR2 without TCX did not restore s0: [$(qdisc_state s0)]"
-	[ -z "$(ls -A "$PINS" 2>/dev/null)" ] || fail "pins left: $(ls -R "$PINS")"
-	log "PASS: without TCX, --keep and --replace are refused ($out) and SIGUSR2 restores"
-	pair_down
-	exit 0
-	;;
-esac
 start_shaper /tmp/takeover-0.log --keep
 OLD_PID=$NEW_PID
 wait_shaping "$OLD_PID" /tmp/takeover-0.log

@@ -77,7 +77,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     probe::require_privileges()?;
     probe::require_btf()?;
     if args.keep || args.replace {
-        handover::require_support()?;
+        handover::require_bpffs()?;
     }
     if let Some(name) = plan.single_iface() {
         Interface::lookup(&name)?;
@@ -503,7 +503,7 @@ impl Supervisor {
 
     /// Leaves interface `at` shaped for the process that asked (`Request::Leave`), for good.
     fn give_away(&mut self, at: usize) -> Response {
-        if let Err(e) = handover::require_support() {
+        if let Err(e) = handover::require_bpffs() {
             warn!("asked to leave {}: {e}", self.shaped[at].name());
             return Response::Error {
                 message: e.to_string(),
