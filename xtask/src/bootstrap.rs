@@ -12,7 +12,8 @@ use crate::{cache_dir, run_quiet, run_status};
 
 /// Debian packages: the VM (qemu, busybox, cpio, module decompressors) and the tools the VM
 /// and the lab run (iproute2, iperf3, ping, dash, procps, ethtool, bpftool), systemd's
-/// systemd-analyze for the unit file's test, fonts for the lab's plots.
+/// systemd-analyze for the unit file's test, fonts for the lab's plots, skopeo to read the OCI
+/// image back as the engines do.
 const PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
@@ -30,6 +31,7 @@ const PACKAGES: &[&str] = &[
     "xz-utils",
     "zstd",
     "fonts-dejavu-core",
+    "skopeo",
 ];
 
 const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";

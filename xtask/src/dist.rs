@@ -13,6 +13,33 @@ use crate::{bootstrap, run_quiet, workspace_root};
 
 pub const TARGET: &str = "x86_64-unknown-linux-musl";
 
+/// One static, non-PIE executable (`file`: "statically linked"), so that it runs unchanged in
+/// the test VM, in a scratch container image, or on any x86_64 Linux.
+const STATIC_RUSTFLAGS: &[&str] = &[
+    "-C",
+    "target-feature=+crt-static",
+    "-C",
+    "relocation-model=static",
+];
+
+/// The flags of a static build: [`STATIC_RUSTFLAGS`], and the checkout's and cargo's own
+/// directories named the same wherever they are, so that a commit builds the same bytes in
+/// any clone (the image's digest, `image`, depends on it).
+fn static_rustflags() -> String {
+    let mut flags: Vec<String> = STATIC_RUSTFLAGS.iter().map(|f| f.to_string()).collect();
+    let mut remap = |from: &std::path::Path, to: &str| {
+        flags.push(format!("--remap-path-prefix={}={to}", from.display()));
+    };
+    remap(&workspace_root(), "/shaper");
+    if let Some(home) = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+    {
+        remap(&home, "/cargo");
+    }
+    flags.join("\x1f")
+}
+
 /// The bad-input test's static build, as the VM scripts find it (tests/vm/bpf-fuzz.sh).
 pub const BPF_FUZZ_BINARY: &str = "bpf-fuzz";
 
@@ -105,6 +132,7 @@ pub fn build_bpf_fuzz() -> Result<PathBuf> {
 fn cargo_static(args: &[&str], name: &str) -> Result<PathBuf> {
     let out = Command::new("cargo")
         .current_dir(workspace_root())
+        .env("CARGO_ENCODED_RUSTFLAGS", static_rustflags())
         .args(args)
         .args([
             "--quiet",

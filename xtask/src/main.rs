@@ -6,6 +6,7 @@ mod cpio;
 mod demo;
 mod dist;
 mod fuzz;
+mod image;
 mod initramfs;
 mod kernel;
 mod lab;
@@ -33,6 +34,9 @@ enum Task {
     Bootstrap(bootstrap::Options),
     /// Build the static `shaper` binary (x86_64 musl, BPF object embedded).
     Dist(dist::Options),
+    /// Build the OCI image of the static binary, as an OCI archive (reproducible; prints its
+    /// digest).
+    Image(image::Options),
     /// Boot a Debian kernel in qemu and run SCRIPT inside it with ip, tc, iperf3, ping and shaper.
     Vm(vm::Options),
     /// Run the whole test suite: unit, BPF (BPF_PROG_TEST_RUN) and VM end-to-end tests.
@@ -49,6 +53,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Bootstrap(o) => bootstrap::run(&o),
         Task::Dist(o) => dist::run(&o).map(|_| ()),
+        Task::Image(o) => image::run(&o),
         Task::Vm(o) => vm::run_cli(&o),
         Task::Test(o) => test::run(&o),
         Task::Fuzz(o) => fuzz::run(&o),

@@ -3,7 +3,8 @@
 //! 1. Unit tests and BPF tests (`cargo test`): pure functions on the host, and the data path
 //!    loaded into the running kernel through BPF_PROG_TEST_RUN (needs root); then, one at a
 //!    time, the BPF tests that depend on real time (`tests/tests/timing`).
-//! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer).
+//! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer);
+//!    the OCI image (`cargo xtask image`), built twice alike and read back by skopeo.
 //! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
 //!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh` and a minute of
 //!    `tests/vm/soak.sh`, each in its own boot so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
@@ -15,10 +16,10 @@
 
 use std::{process::Command, time::Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::{
-    bootstrap, dist, fuzz, lab,
+    bootstrap, dist, fuzz, image, lab,
     vm::{self, Kernel, VmSpec},
 };
 
@@ -135,6 +136,13 @@ pub fn run(o: &Options) -> Result<()> {
         passed,
     );
 
+    println!("== the OCI image (cargo xtask image), read back by skopeo");
+    let started = Instant::now();
+    let passed = image_reads_back()
+        .inspect_err(|e| eprintln!("{e:#}"))
+        .is_ok();
+    record("OCI image".into(), started, passed);
+
     if !o.no_vm {
         let kernels = if o.kernel.is_empty() {
             Kernel::ALL.to_vec()
@@ -232,4 +240,42 @@ fn run_vm_test(spec: &VmSpec, script: &str) -> Result<i32> {
         }
         other => other,
     }
+}
+
+/// `cargo xtask image` twice: the same digest; and skopeo, as an engine reads it, finds the
+/// manifest of that digest and copies every blob out.
+fn image_reads_back() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("shaper-image-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let archive = dir.join("image.tar");
+    let (_, _, digest) = image::build(Some("localhost/shaper:test"), Some(&archive))?;
+    let (_, _, again) = image::build(Some("localhost/shaper:test"), Some(&archive))?;
+    anyhow::ensure!(
+        digest == again,
+        "two builds of one commit: {digest} and {again}"
+    );
+    let reference = format!("oci-archive:{}", archive.display());
+    let raw = Command::new("skopeo")
+        .args(["inspect", "--raw", &reference])
+        .output()
+        .context("running skopeo")?;
+    anyhow::ensure!(
+        raw.status.success(),
+        "skopeo inspect: {}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    let read = image::sha256(&raw.stdout);
+    anyhow::ensure!(
+        read == digest,
+        "skopeo read manifest {read}, written {digest}"
+    );
+    let copied = dir.join("copy");
+    let status = Command::new("skopeo")
+        .args(["copy", "--quiet", &reference])
+        .arg(format!("dir:{}", copied.display()))
+        .status()?;
+    anyhow::ensure!(status.success(), "skopeo copy failed");
+    std::fs::remove_dir_all(&dir)?;
+    println!("image {digest}: built twice alike, read back by skopeo");
+    Ok(())
 }
