@@ -22,6 +22,14 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("shaper-ebpf manifest has no parent directory"))?;
+    // The object's BTF names its sources; named relative to the workspace, as the static
+    // build names the rest, a commit builds the same object in any clone (nightly cargo's
+    // trim-paths, which the eBPF build's toolchain has).
+    // SAFETY: the build script is single-threaded; the variables are for its child cargo.
+    unsafe {
+        std::env::set_var("CARGO_UNSTABLE_TRIM_PATHS", "true");
+        std::env::set_var("CARGO_PROFILE_RELEASE_TRIM_PATHS", "all");
+    }
     aya_build::build_ebpf(
         [Package {
             name: ebpf.name.as_str(),
