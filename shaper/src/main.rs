@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("shaper: error: {e:#}");
+            eprintln!("shaper: error: {}", describe(&e));
             ExitCode::FAILURE
         }
     }
@@ -48,4 +48,49 @@ fn main() -> ExitCode {
 fn end_quietly_on_a_closed_pipe() {
     // SAFETY: sets a signal disposition to its default before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// The error and its causes, each once: a message that quotes its cause (`{source}` in its
+/// text, as most of shaper's own do) is not followed by that cause again.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read config file {path}: {source}")]
+    struct Quoting {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_its_message_quotes_is_said_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(Quoting {
+            path: "/etc/shaper/shaper.toml".into(),
+            source: io(),
+        });
+        assert_eq!(
+            describe(&e),
+            format!("cannot read config file /etc/shaper/shaper.toml: {}", io())
+        );
+        // Context that does not quote its cause still names it.
+        let e = anyhow::Error::new(io()).context("starting");
+        assert_eq!(describe(&e), format!("starting: {}", io()));
+    }
 }
