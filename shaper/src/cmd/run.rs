@@ -87,7 +87,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Bound before any interface is touched, so that an address in use fails the start; served
     // from here on, so that /readyz says "not yet" while shaper starts.
     if let Some(addr) = process.metrics {
-        let listener = std::net::TcpListener::bind(addr)
+        let listener = metrics::http::listen(addr)
             .map_err(|e| anyhow::anyhow!("metrics endpoint {addr}: {e}"))?;
         metrics::http::spawn(
             listener,

@@ -26,6 +26,22 @@ const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 /// The largest request head read; a scrape's is a few hundred bytes.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
 
+/// Listens at `addr`, sharing the port with other shaper processes (SO_REUSEPORT, same user
+/// only): during a takeover by `--replace`, as in a rolling update that starts the new pod
+/// first, old and new serve side by side. A port held by anything else still fails.
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
+
 /// Serves `listener` (bound by the caller, so that a bad address fails the start) on a new
 /// thread until the process exits.
 pub fn spawn(listener: TcpListener, monitor: Monitor, top_hosts: usize) -> std::io::Result<()> {
@@ -186,6 +202,19 @@ impl Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_shapers_share_the_port_and_anything_else_is_refused() {
+        let first = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = first.local_addr().unwrap();
+        // The next process of a takeover binds beside the first.
+        let second = listen(addr).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+        // A listener without SO_REUSEPORT holds its port against shaper.
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = listen(other.local_addr().unwrap()).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    }
 
     #[test]
     fn request_lines_give_method_and_path() {
