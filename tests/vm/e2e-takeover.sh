@@ -15,14 +15,14 @@
 # which mounts /sys afresh without bpffs: pins are shared only under one mount of bpffs, as
 # on a host or between a DaemonSet's pods that mount the host's /sys/fs/bpf.
 #
-# Usage: e2e-takeover.sh [TAKEOVERS]   (default: 20)
+# Usage: e2e-takeover.sh [TAKEOVERS]   (default: 20; TAKEOVER_SETTLE_MS moves the window's start)
 # Prints one "RESULT ..." line per takeover for the record.
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
 TAKEOVERS=${1:-20}
 RATE=30
 TOLERANCE=2
-SETTLE_MS=200
+SETTLE_MS=${TAKEOVER_SETTLE_MS:-200}
 WINDOW_MS=1000
 RUN_DIR=${SHAPER_RUN_DIR:-/run/shaper}
 PINS=/sys/fs/bpf/shaper
