@@ -113,10 +113,13 @@ ROOT_HANDLE=$1
 counted=$(byte_counters "$SRC" s0)
 
 total_s=$((4 + (CHANGES + RELOADS + 3) * PERIOD_S))
-run "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 5)) -P 4 --format m >/tmp/live.iperf 2>&1 &
+# Not through `run`: the pids must be iperf3's and ping's own (ip execs them), so that
+# end_load stops them when the changes are done; a background subshell ignores SIGINT, and
+# the load would run its whole length.
+ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t $((total_s + 5)) -P 4 --format m >/tmp/live.iperf 2>&1 &
 iperf_pid=$!
 sleep 1
-run "$SRC" ping -i 0.01 -c $((total_s * 100)) 10.9.0.2 >/tmp/live.ping 2>&1 &
+ip netns exec "$SRC" ping -i 0.01 -c $((total_s * 100)) 10.9.0.2 >/tmp/live.ping 2>&1 &
 ping_pid=$!
 sleep 1
 WHAT_NOW=start
