@@ -79,7 +79,6 @@ pub fn require_bpffs() -> Result<(), HandoverError> {
     Ok(())
 }
 
-
 /// The directory of `iface`'s pins.
 fn dir(iface: &Interface) -> PathBuf {
     bpffs().join("shaper").join(runtime::instance_name(iface))
@@ -196,9 +195,9 @@ pub fn ask_to_leave(iface: &Interface) -> anyhow::Result<()> {
         Ok(Response::Error { message }) => {
             anyhow::bail!("the shaper running on {name} did not leave it: {message}")
         }
-        Ok(other) => anyhow::bail!(
-            "the shaper running on {name} answered a request to leave with {other:?}"
-        ),
+        Ok(other) => {
+            anyhow::bail!("the shaper running on {name} answered a request to leave with {other:?}")
+        }
         Err(e) => anyhow::bail!(
             "asking the shaper running on {name} to leave it ({}): {e}",
             path.display()
