@@ -89,10 +89,7 @@ pub struct InterfaceLock {
 
 impl InterfaceLock {
     pub fn acquire(iface: &Interface) -> Result<Self, RuntimeError> {
-        Self::try_acquire(iface)?.ok_or_else(|| RuntimeError::AlreadyRunning {
-            iface: iface.name.clone(),
-            pid: read_state(iface).ok().flatten().map(|s| s.pid),
-        })
+        Self::try_acquire(iface)?.ok_or_else(|| already_running(iface))
     }
 
     /// Whether a shaper holds `iface`'s lock now.
@@ -105,10 +102,7 @@ impl InterfaceLock {
         let started = Instant::now();
         while Self::held(iface)? {
             if started.elapsed() > timeout {
-                return Err(RuntimeError::AlreadyRunning {
-                    iface: iface.name.clone(),
-                    pid: read_state(iface).ok().flatten().map(|s| s.pid),
-                });
+                return Err(already_running(iface));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -134,6 +128,14 @@ impl InterfaceLock {
         // SAFETY: flock on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         Ok((rc == 0).then_some(Self { _file: file }))
+    }
+}
+
+/// The error for `iface`'s lock held by another shaper, naming it by its state file's pid.
+fn already_running(iface: &Interface) -> RuntimeError {
+    RuntimeError::AlreadyRunning {
+        iface: iface.name.clone(),
+        pid: read_state(iface).ok().flatten().map(|s| s.pid),
     }
 }
 

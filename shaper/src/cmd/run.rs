@@ -390,6 +390,12 @@ impl Supervisor {
 
     /// Restores (or, if its device went away, lets go of) the interface at `at`.
     fn let_go(&mut self, at: usize) -> anyhow::Result<()> {
+        self.take_out(at).release()
+    }
+
+    /// Takes interface `at` out of the run: no longer reported, its control socket closed;
+    /// its deployment, for the caller to end.
+    fn take_out(&mut self, at: usize) -> Deployment {
         let Shaped {
             deployment,
             control,
@@ -397,7 +403,7 @@ impl Supervisor {
         } = self.shaped.remove(at);
         self.monitor.forget(&deployment.iface().name);
         drop(control);
-        deployment.release()
+        deployment
     }
 
     /// The health checks of every interface. Without sections, the interface going away, or
@@ -509,15 +515,9 @@ impl Supervisor {
                 message: e.to_string(),
             };
         }
-        let Shaped {
-            deployment,
-            control,
-            ..
-        } = self.shaped.remove(at);
+        let deployment = self.take_out(at);
         let name = deployment.iface().name.clone();
-        self.monitor.forget(&name);
         self.given.insert(name.clone());
-        drop(control);
         let message = match deployment.hand_over() {
             Ok(Handed::Left) => {
                 info!("{name}: left to the next shaper at its request");

@@ -1,7 +1,6 @@
 //! What `shaper set`, `shaper reload` and a `shaper run --replace` say to a running `shaper
-//! run`, and what it answers:
-//! one JSON object per line each way, one request per connection, over the interface's control
-//! socket (`runtime::control_socket_path`).
+//! run`, and what it answers: one JSON object per line each way, one request per connection,
+//! over the interface's control socket (`runtime::control_socket_path`).
 //!
 //! A request names settings by their command-line and config-file names; the running shaper
 //! validates them with the start-up code (`config`), so a value `shaper run` would refuse is

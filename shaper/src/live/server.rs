@@ -114,7 +114,8 @@ async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read).take(MAX_LINE_BYTES as u64 + 1);
-    let response = match timeout(TIMEOUT, reader.read_line(&mut line)).await {
+    // The answer, and who waits for it to be written (the run loop's, not a refusal's).
+    let (response, done) = match timeout(TIMEOUT, reader.read_line(&mut line)).await {
         Ok(Ok(_)) if line.ends_with('\n') => match protocol::decode(&line) {
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
@@ -128,32 +129,29 @@ async fn converse(stream: UnixStream, requests: mpsc::Sender<Pending>) {
                     return;
                 }
                 match answer.await {
-                    Ok(response) => {
-                        write_answer(&mut write, &response).await;
-                        let _ = done.send(());
-                        return;
-                    }
+                    Ok(response) => (response, Some(done)),
                     Err(_) => return,
                 }
             }
-            Err(e) => Response::Error {
-                message: e.to_string(),
-            },
+            Err(e) => {
+                let message = e.to_string();
+                (Response::Error { message }, None)
+            }
         },
-        Ok(Ok(_)) if line.len() > MAX_LINE_BYTES => Response::Error {
-            message: protocol::ProtocolError::TooLong.to_string(),
-        },
+        Ok(Ok(_)) if line.len() > MAX_LINE_BYTES => {
+            let message = protocol::ProtocolError::TooLong.to_string();
+            (Response::Error { message }, None)
+        }
         _ => return,
     };
-    write_answer(&mut write, &response).await;
-}
-
-async fn write_answer(write: &mut tokio::net::unix::OwnedWriteHalf, response: &Response) {
     let _ = timeout(
         TIMEOUT,
-        write.write_all(protocol::encode(response).as_bytes()),
+        write.write_all(protocol::encode(&response).as_bytes()),
     )
     .await;
+    if let Some(done) = done {
+        let _ = done.send(());
+    }
 }
 
 #[cfg(test)]
