@@ -32,7 +32,7 @@ pub struct Options {
     /// The image's name and tag, as the importing engine lists it (default: shaper:<commit>).
     #[arg(long)]
     pub name: Option<String>,
-    /// The archive to write (default: target/shaper-image.tar).
+    /// The archive to write (default: shaper-image.tar in cargo's target directory).
     #[arg(long)]
     pub output: Option<PathBuf>,
 }
@@ -48,9 +48,9 @@ pub fn run(o: &Options) -> Result<()> {
     Ok(())
 }
 
-/// Builds the static binary and writes its image to `output` (default:
-/// target/shaper-image.tar) as `name` (default: shaper:<commit>); the archive's path, the name
-/// and the manifest's digest.
+/// Builds the static binary and writes its image to `output` (default: shaper-image.tar in
+/// cargo's target directory) as `name` (default: shaper:<commit>); the archive's path, the
+/// name and the manifest's digest.
 pub fn build(name: Option<&str>, output: Option<&Path>) -> Result<(PathBuf, String, String)> {
     let binary = dist::build()?;
     let root = workspace_root();
@@ -69,7 +69,9 @@ pub fn build(name: Option<&str>, output: Option<&Path>) -> Result<(PathBuf, Stri
             git(&["rev-parse", "--short=12", "HEAD"])?.trim()
         ),
     };
-    let output = output.map_or_else(|| root.join("target/shaper-image.tar"), Path::to_path_buf);
+    let target_dir =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let output = output.map_or_else(|| target_dir.join("shaper-image.tar"), Path::to_path_buf);
     let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
     let image = Image::new(&bytes, epoch)?;
     let archive = image.archive(&name)?;
