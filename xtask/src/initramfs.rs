@@ -345,17 +345,15 @@ while read -r m; do
 	insmod {MODULE_DIR}/"$m" || echo "shaper-vm: insmod $m failed"
 done </etc/shaper-vm/modules
 ip link set lo up
-# Multi-threaded TCG can run a vCPU's old translation of kernel text that the other vCPU is
-# patching for a static key: it meets an int3 no patch owns and the guest panics ("Oops: int3"
-# at receive timestamps' sites in ip_local_deliver_finish and netif_rx_internal). The keys the
-# tests would flip all the time are held on for the whole boot, from a namespace of their own
-# that no script lists: receive timestamps (each ping turns them on and off) and the clsact
-# hooks (each start and stop on the only shaped interface); and the qdisc_dequeue tracepoint
-# (shaper's dequeue observer attaches at each start). A tracepoint's site is patched when its
-# first probe comes and when a second does (a static call to the one probe, then to the
-# loop over them), so two are held: the trace event in two trace instances, registered
-# soft-disabled (an enable_event trigger on another event, behind a filter no qdisc
-# matches), each costing a dequeue one flag test.
+# Kernel text is never patched while tests run: multi-threaded TCG can run a vCPU's old
+# translation of a site the other vCPU is patching, and the guest dies on an int3 no patch owns
+# (docs/notebook/vm-crashes.md). So the sites tests would patch all the time stay on for the
+# whole boot, held from a namespace no script lists: receive timestamps (each ping), the clsact
+# hooks (each start and stop on the only shaped interface), and the qdisc_dequeue tracepoint
+# (shaper's dequeue observer). A tracepoint's site changes with its first probe and its second
+# (a static call to the one probe, then to the loop over them), so two are held: the trace
+# event in two trace instances, soft-disabled (an enable_event trigger on another event behind
+# a filter no qdisc matches), each a flag test per dequeue.
 unshare --net sh -c 'ip link set lo up && ip link add keys0 type veth peer name keys1 &&
 	tc qdisc add dev keys0 clsact && exec ping -q -i 3600 127.0.0.1' >/dev/null 2>&1 &
 tracing=/sys/kernel/tracing
