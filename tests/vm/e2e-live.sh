@@ -26,10 +26,10 @@ TOLERANCE=2
 # The window over which the new rate is measured starts this long after the change.
 SETTLE_MS=200
 WINDOW_MS=1000
-# What one change takes at most in the emulated guest (the command, the settle time, the
-# window, the checks: 2.3 s measured on a quiet machine, up to 3.5 s on a busy one), to keep
-# iperf3 and ping running past the last one.
-PERIOD_S=4
+# Twice what one change takes in the emulated guest (the command, the settle time, the window,
+# the checks: 2.3-4 s), to keep iperf3 and ping running past the last one; both are stopped
+# when the changes are done.
+PERIOD_S=8
 CONFIG=/tmp/live.toml
 RUN_DIR=${SHAPER_RUN_DIR:-/run/shaper}
 
