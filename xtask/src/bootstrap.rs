@@ -4,7 +4,10 @@
 //! Idempotent and quick when
 //! everything is present; every task calls it first.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context, Result, bail};
 
@@ -66,7 +69,12 @@ fn installed(package: &str) -> bool {
 }
 
 fn ensure_packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    ensure_debian(PACKAGES)
+}
+
+/// Installs those of `packages` that are missing.
+pub fn ensure_debian(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -222,14 +230,20 @@ fn ensure_promtool() -> Result<()> {
         return Ok(());
     }
     println!("bootstrap: fetching promtool (Debian's {PROMTOOL_PACKAGE} package)");
-    let dir = path.parent().context("promtool's directory")?;
+    unpack_debian_file(PROMTOOL_PACKAGE, "usr/bin/promtool", &path)
+}
+
+/// Copies `file` out of the Debian package `package` to `path`, through a download beside it:
+/// the package's program without installing the package (which may start a service).
+pub fn unpack_debian_file(package: &str, file: &str, path: &Path) -> Result<()> {
+    let dir = path.parent().context("no directory to unpack into")?;
     let download = dir.join("download");
     let _ = std::fs::remove_dir_all(&download);
     std::fs::create_dir_all(&download)?;
     let fetch = || {
         run_status(
             Command::new("apt-get")
-                .args(["download", "-qq", PROMTOOL_PACKAGE])
+                .args(["download", "-qq", package])
                 .current_dir(&download),
         )
     };
@@ -237,7 +251,7 @@ fn ensure_promtool() -> Result<()> {
         // A machine whose package lists were never read (every other package was there).
         run_status(Command::new("apt-get").args(["update", "-qq"]))
             .context("apt-get update (are you root?)")?;
-        fetch().with_context(|| format!("apt-get download {PROMTOOL_PACKAGE}"))?;
+        fetch().with_context(|| format!("apt-get download {package}"))?;
     }
     let deb = std::fs::read_dir(&download)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -246,9 +260,9 @@ fn ensure_promtool() -> Result<()> {
     let unpacked = download.join("unpacked");
     run_status(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
     let tmp = path.with_extension("tmp");
-    std::fs::copy(unpacked.join("usr/bin/promtool"), &tmp)
-        .context("the package has no usr/bin/promtool")?;
-    std::fs::rename(&tmp, &path)?;
+    std::fs::copy(unpacked.join(file), &tmp)
+        .with_context(|| format!("the package {package} has no {file}"))?;
+    std::fs::rename(&tmp, path)?;
     std::fs::remove_dir_all(&download)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ mod dist;
 mod fuzz;
 mod image;
 mod initramfs;
+mod k8s;
 mod kernel;
 mod lab;
 mod test;
@@ -47,6 +48,8 @@ enum Task {
     Demo(demo::Options),
     /// Run scenarios against shaper, CAKE and no shaping; write results and reports.
     Lab(lab::Options),
+    /// Check the Kubernetes manifests (deploy/kubernetes) against a real API server.
+    K8s(k8s::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fuzz(o) => fuzz::run(&o),
         Task::Demo(o) => demo::run(&o),
         Task::Lab(o) => lab::run(&o),
+        Task::K8s(o) => k8s::run(&o),
     }
 }
 
