@@ -172,9 +172,10 @@ impl Datapath {
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
         classifier(&mut ebpf, program_names::SEGMENT)?.load()?;
         log_verifier_cost(&mut ebpf);
-        let events = match state.log_datapath {
-            true => Some(Events::forward(&mut ebpf)?),
-            false => None,
+        let events = if state.log_datapath {
+            Some(Events::forward(&mut ebpf)?)
+        } else {
+            None
         };
         Ok(Self {
             ebpf,

@@ -9,36 +9,32 @@ const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const LD_IMM64: u8 = 0x18;
 
 /// The head of `struct bpf_prog_info` (include/uapi/linux/bpf.h), up to the translated
-/// instructions.
-#[repr(C)]
+/// instructions, in 32-bit words: `xlated_prog_len` is word 5, `xlated_prog_insns` words 8-9.
+#[repr(C, align(8))]
 #[derive(Default)]
-struct ProgInfoHead {
-    prog_type: u32,
-    id: u32,
-    tag: [u8; 8],
-    jited_prog_len: u32,
-    xlated_prog_len: u32,
-    jited_prog_insns: u64,
-    xlated_prog_insns: u64,
-}
+struct ProgInfoHead([u32; 10]);
 
-#[repr(C)]
-struct InfoByFd {
-    bpf_fd: u32,
-    info_len: u32,
-    info: u64,
+impl ProgInfoHead {
+    fn xlated_len(&self) -> u32 {
+        self.0[5]
+    }
+
+    /// A head that asks for `len` bytes of translated instructions at `insns`.
+    fn asking(len: u32, insns: u64) -> Self {
+        let mut head = Self::default();
+        head.0[5] = len;
+        head.0[8] = insns as u32;
+        head.0[9] = (insns >> 32) as u32;
+        head
+    }
 }
 
 /// The program's translated instructions, 8 bytes each.
 pub fn instructions(program: BorrowedFd<'_>) -> std::io::Result<Vec<[u8; 8]>> {
     let mut head = ProgInfoHead::default();
     get_info(program, &mut head)?;
-    let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
-    head = ProgInfoHead {
-        xlated_prog_len: (insns.len() * 8) as u32,
-        xlated_prog_insns: insns.as_mut_ptr() as u64,
-        ..Default::default()
-    };
+    let mut insns = vec![[0u8; 8]; head.xlated_len() as usize / 8];
+    head = ProgInfoHead::asking((insns.len() * 8) as u32, insns.as_mut_ptr() as u64);
     get_info(program, &mut head)?;
     Ok(insns)
 }
@@ -62,18 +58,18 @@ pub fn maps_named(program: BorrowedFd<'_>) -> std::io::Result<Vec<u32>> {
 }
 
 fn get_info(program: BorrowedFd<'_>, head: &mut ProgInfoHead) -> std::io::Result<()> {
-    let mut attr = InfoByFd {
-        bpf_fd: program.as_raw_fd() as u32,
-        info_len: size_of::<ProgInfoHead>() as u32,
-        info: head as *mut ProgInfoHead as u64,
-    };
+    // The attribute of `BPF_OBJ_GET_INFO_BY_FD`: `bpf_fd` and `info_len` (u32 each, in the
+    // first word, little-endian), then the `info` pointer.
+    let fd = program.as_raw_fd() as u32 as u64;
+    let len = size_of::<ProgInfoHead>() as u64;
+    let mut attr: [u64; 2] = [fd | len << 32, head as *mut ProgInfoHead as u64];
     // SAFETY: a valid attribute of the size given, pointing at a buffer of the size it says.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
             BPF_OBJ_GET_INFO_BY_FD,
-            &mut attr as *mut InfoByFd,
-            size_of::<InfoByFd>() as u32,
+            attr.as_mut_ptr(),
+            size_of::<[u64; 2]>() as u32,
         )
     };
     if ret < 0 {
