@@ -11,6 +11,7 @@ pub mod cb;
 pub mod diffserv;
 pub mod edt;
 pub mod isolation;
+pub mod logs;
 pub mod names;
 pub mod overrun;
 pub mod rate;

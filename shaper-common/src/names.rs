@@ -20,6 +20,10 @@ pub mod map_names {
     pub const DESTINATIONS: &str = "SHAPER_DESTINATIONS";
     /// The dequeue meter's account of what left beyond the rate.
     pub const DEPARTURES: &str = "SHAPER_DEPARTURES";
+    /// Each CPU's budget of debug events (`logs::Buckets`), and aya-log's ring buffer they are
+    /// written to: used only with `--log-datapath` (`logs`).
+    pub const LOG_BUCKETS: &str = "SHAPER_LOG_BUCKETS";
+    pub const LOG_RING: &str = "AYA_LOGS";
     /// The maps that hold the data path's flow and scheduling state, and its counters: what a
     /// process leaving the interface to a successor (`shaper run --keep`) carries over. Not the
     /// tail calls' program array (it names this object's programs), the per-CPU scratch space

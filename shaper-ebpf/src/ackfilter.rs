@@ -23,10 +23,14 @@ use shaper_common::{
         AckFilter, AckSeen, AckState, AckVerdict, Ahead, ReverseState, decide, is_pure_ack,
         jumps_queue, latest_scheduled, record, scan_options,
     },
+    logs,
     stats::DatapathStats,
 };
 
-use crate::parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo};
+use crate::{
+    log,
+    parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
+};
 
 #[map(name = "SHAPER_ACKS")]
 static ACKS: LruHashMap<FlowKey, AckState> = LruHashMap::with_max_entries(65_536, 0);
@@ -142,6 +146,13 @@ pub fn filter(
     let (last, prev) = on_wire;
     let ahead = Ahead::of(last, prev, now, state);
     let verdict = decide(mode, &seen, state, data, ahead);
+    if log::on() {
+        let decision = match verdict {
+            AckVerdict::Drop => logs::ACK_DROP,
+            AckVerdict::Keep(reason) => logs::ACK_KEEP + reason as usize,
+        };
+        log::filtered(info, decision as u64);
+    }
     record(state, &seen, verdict != AckVerdict::Drop);
     match verdict {
         AckVerdict::Drop => {

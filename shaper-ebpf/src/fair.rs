@@ -31,7 +31,7 @@ use crate::{
     calendar,
     cb::{Notes, Word},
     clock::{self, Reserved},
-    destination, ecn,
+    destination, ecn, log,
     parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
 };
 
@@ -97,16 +97,19 @@ pub fn schedule(
     };
     let paces = rates(host, &host_key, epoch, config, info.tin, &mut ahead);
     let mut flow_key = key(info, mode.flow_fields(), config);
-    let flow = match FLOWS.get_ptr_mut(&flow_key) {
-        Some(f) => f,
+    let (flow, created) = match FLOWS.get_ptr_mut(&flow_key) {
+        Some(f) => (f, false),
         None => {
             admit(host, &mut flow_key, config, epoch);
             match entry(&FLOWS, &flow_key) {
-                Some((f, _)) => f,
+                Some(e) => e,
                 None => return Scheduled::NoState,
             }
         }
     };
+    if log::on() {
+        log::classified(&host_key, &flow_key, created as u64);
+    }
     // SAFETY: as for the host.
     let flow = unsafe { &mut *flow };
     seen(host, flow, epoch);
@@ -269,7 +272,11 @@ fn judge(
         flow_ns_per_byte_fp: paces.flow_fp,
         bits: aqm_bits(info, flow),
     };
-    match aqm_verdict(flow, config, &packet) {
+    let verdict = aqm_verdict(flow, config, &packet);
+    if log::on() && verdict != Verdict::Pass {
+        log::judged(info, flow, packet.queue_ns, verdict as u64);
+    }
+    match verdict {
         Verdict::Pass => Ok(()),
         // Noted in the control block rather than carried as a flag.
         Verdict::Mark => {

@@ -21,6 +21,7 @@ mod dequeue;
 mod destination;
 mod ecn;
 mod fair;
+mod log;
 mod parse;
 mod segment;
 mod stats;
@@ -175,9 +176,10 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
     // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
     let mut cb = ControlBlock::new(&mut skb.cb);
     cb.word(Slot::L3Offset).write(info.l3_offset);
-    let wash = config.wash != 0 && info.tos >> 2 != 0;
-    cb.word(Slot::Rewrite)
-        .write(if wash { rewrite::WASH } else { 0 });
+    // Without a branch: one on it let LLVM compute the word's address on each side and store
+    // through the result, a moved context pointer the verifier refuses.
+    let wash = (config.wash != 0) & (info.tos >> 2 != 0);
+    cb.word(Slot::Rewrite).write(wash as u32 * rewrite::WASH);
     cb.word(Slot::Ahead).write(0);
     let depart = match fair::schedule(info, config, wire, now, skb.tstamp, cb.notes()) {
         Scheduled::At {

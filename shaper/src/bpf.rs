@@ -16,6 +16,7 @@ use aya::{
 };
 use shaper_common::{
     abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
+    logs,
     names::{map_names, program_names, program_slots},
     overrun::DequeueWatch,
     stats::DatapathStats,
@@ -23,6 +24,7 @@ use shaper_common::{
 
 use crate::{
     config::StateParams,
+    events::Events,
     filter::Hook,
     handover::{Leaving, Left},
     record::{AttachMode, MapIds},
@@ -66,6 +68,8 @@ pub enum BpfError {
     Object(#[from] aya_obj::ParseError),
     #[error("taking over the attached program: {0}")]
     Link(#[from] aya::programs::links::LinkError),
+    #[error("forwarding the data path's events (--log-datapath): {0}")]
+    Events(#[from] aya_log::Error),
     #[error("pinning {name} for the next shaper: {source}")]
     Pin {
         name: String,
@@ -118,6 +122,8 @@ pub struct Datapath {
     link: Option<SchedClassifierLinkId>,
     /// The ACK filter's observer at ingress, when attached.
     ingress_link: Option<SchedClassifierLinkId>,
+    /// The data path's debug events forwarded to the log, with `--log-datapath`.
+    events: Option<Events>,
 }
 
 impl Datapath {
@@ -150,10 +156,13 @@ impl Datapath {
     ) -> Result<Self, BpfError> {
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
+        // Fixed before the verifier runs: off, it removes every branch that sends an event.
+        let log_switch = u32::from(state.log_datapath);
         loader
             .map_max_entries(map_names::FLOWS, state.max_flows)
             .map_max_entries(map_names::HOSTS, state.max_hosts)
-            .map_max_entries(map_names::HOST_RATES, state.max_hosts);
+            .map_max_entries(map_names::HOST_RATES, state.max_hosts)
+            .override_global(logs::SWITCH, &log_switch, true);
         for (name, path) in pinned {
             loader.map_pin_path(name, path.as_path());
         }
@@ -163,11 +172,17 @@ impl Datapath {
         classifier(&mut ebpf, program_names::INGRESS)?.load()?;
         classifier(&mut ebpf, program_names::SEGMENT)?.load()?;
         log_verifier_cost(&mut ebpf);
+        let events = if state.log_datapath {
+            Some(Events::forward(&mut ebpf)?)
+        } else {
+            None
+        };
         Ok(Self {
             ebpf,
             config: ShaperConfig::default(),
             link: None,
             ingress_link: None,
+            events,
         })
     }
 
@@ -293,12 +308,20 @@ impl Datapath {
     /// Attaches at egress: a TCX link, or (kernels < 6.6) a netlink filter under clsact, which
     /// the caller must have put in place.
     pub fn attach_egress(&mut self, iface: &str, mode: AttachMode) -> Result<(), BpfError> {
+        self.name_events(iface);
         self.link = Some(self.egress()?.attach_with_options(
             iface,
             TcAttachType::Egress,
             attach_options(mode),
         )?);
         Ok(())
+    }
+
+    /// Names `iface` in the data path's events, when they are forwarded.
+    fn name_events(&self, iface: &str) {
+        if let Some(events) = &self.events {
+            events.shaping(iface);
+        }
     }
 
     /// Attaches the ACK filter's observer at ingress (it only reads packets).
@@ -408,6 +431,9 @@ impl Datapath {
                 None,
             )?,
         };
+        if hook == Hook::Egress {
+            self.name_events(iface);
+        }
         let (name, slot) = match hook {
             Hook::Egress => (program_names::EGRESS, &mut self.link),
             Hook::Ingress => (program_names::INGRESS, &mut self.ingress_link),
@@ -469,12 +495,15 @@ impl Datapath {
         Ok(())
     }
 
+    /// The kernel's id of one of the maps (`map_names`).
+    pub fn map_id(&self, name: &'static str) -> Result<u32, BpfError> {
+        let map = self.map(name)?;
+        let data = map_data(map).ok_or(BpfError::Missing(name))?;
+        Ok(data.info().map_err(map_err(name))?.id())
+    }
+
     pub fn map_ids(&self) -> Result<MapIds, BpfError> {
-        let id = |name: &'static str| -> Result<u32, BpfError> {
-            let map = self.ebpf.map(name).ok_or(BpfError::Missing(name))?;
-            let data = map_data(map).ok_or(BpfError::Missing(name))?;
-            Ok(data.info().map_err(map_err(name))?.id())
-        };
+        let id = |name| self.map_id(name);
         Ok(MapIds {
             config: id(map_names::CONFIG)?,
             hosts: id(map_names::HOSTS)?,
@@ -629,6 +658,7 @@ fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {
 fn map_data(map: &Map) -> Option<&MapData> {
     match map {
         Map::Array(d)
+        | Map::RingBuf(d)
         | Map::PerCpuArray(d)
         | Map::HashMap(d)
         | Map::LruHashMap(d)

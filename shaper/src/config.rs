@@ -143,6 +143,11 @@ layered! {
         /// Also show the N busiest hosts of each direction in the metrics (two series each).
         #[arg(long, value_name = "N")]
         pub metrics_top_hosts: Option<u32>,
+        /// Log the data path's decisions: each packet's classification (flow, tin, host), the
+        /// AQM's marks and drops, the ACK filter's decisions; at most 10 of each kind per
+        /// second per CPU, with how many were not logged. Off, they cost nothing.
+        #[arg(long, num_args = 0, default_missing_value = "true")]
+        pub log_datapath: Option<bool>,
         /// `[fq]`: the departure-time queue.
         #[arg(skip)]
         pub fq: Option<FqOptions>,
@@ -314,7 +319,9 @@ fn in_range(what: &'static str, value: u32, min: u32, max: u32) -> Result<u32, C
     }
 }
 
-/// How hosts are told apart and how much state is kept.
+/// What the data path is loaded with: how hosts are told apart, how much state it keeps, and
+/// whether it sends debug events. Data paths loaded with different ones are not
+/// interchangeable (spares are kept per value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StateParams {
     pub host_prefix_v4: u32,
@@ -322,6 +329,8 @@ pub struct StateParams {
     pub max_flows: u32,
     pub max_hosts: u32,
     pub flow_quota: u32,
+    /// `--log-datapath`: fixed when the programs are verified (`shaper_common::logs`).
+    pub log_datapath: bool,
 }
 
 /// Validated settings.
@@ -476,6 +485,7 @@ impl Settings {
                 0,
                 1 << 24,
             )?,
+            log_datapath: given.log_datapath.unwrap_or(false),
         };
         let egress = Self {
             iface,

@@ -10,6 +10,7 @@ pub mod control;
 pub mod cost;
 pub mod deploy;
 pub mod doctor;
+pub mod events;
 pub mod fairness;
 pub mod filter;
 pub mod handover;

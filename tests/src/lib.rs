@@ -5,6 +5,7 @@ pub mod fuzz;
 pub mod oracle;
 pub mod packet;
 pub mod skb;
+pub mod xlated;
 
 use aya::programs::{ProgramError, TestRun, TestRunOptions};
 use shaper::{
@@ -180,6 +181,7 @@ pub const TEST_STATE: StateParams = StateParams {
     max_flows: 4_096,
     max_hosts: 256,
     flow_quota: 0,
+    log_datapath: false,
 };
 
 pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {

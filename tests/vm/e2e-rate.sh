@@ -79,18 +79,6 @@ measure_pair() {
 	ip netns exec "$SRC" shaper stats --iface s0 >/dev/null 2>&1 && fail "stats still answers after exit"
 }
 
-# verifier_budget: every program verified within half the kernel's limit of 1M processed
-# instructions, so that a change to the data path that brings one near the limit on some kernel
-# fails here rather than as a shaper that does not start.
-VERIFIER_BUDGET=500000
-verifier_budget() {
-	line=$(verifier_cost) || exit 1
-	log "$line"
-	echo "$line" | grep -o 'shaper_[a-z_]* [0-9]*' | awk -v max="$VERIFIER_BUDGET" '
-		$2 > max { print "over budget:", $0; bad = 1 }
-		END { exit bad }' || fail "a program is over the verifier budget of $VERIFIER_BUDGET instructions"
-}
-
 # wrong CEILING: what is wrong with $shaped beside $cake at the goodput CEILING (`shortfall`),
 # and shaper above the ceiling by more than TOLERANCE.
 wrong() {

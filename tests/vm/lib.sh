@@ -97,6 +97,18 @@ verifier_cost() {
 	grep -o 'data path verified: .*' /tmp/shaper.log || fail "shaper did not report its verifier cost"
 }
 
+# verifier_budget: every program verified within half the kernel's limit of 1M processed
+# instructions, so that a change to the data path that brings one near the limit on some kernel
+# fails here rather than as a shaper that does not start.
+VERIFIER_BUDGET=500000
+verifier_budget() {
+	line=$(verifier_cost) || exit 1
+	log "$line"
+	echo "$line" | grep -o 'shaper_[a-z_]* [0-9]*' | awk -v max="$VERIFIER_BUDGET" '
+		$2 > max { print "over budget:", $0; bad = 1 }
+		END { exit bad }' || fail "a program is over the verifier budget of $VERIFIER_BUDGET instructions"
+}
+
 # shaper_start ARGS...: runs `shaper run ARGS` in src in the background and waits until it
 # reports (via `shaper stats`) that it is shaping s0.
 shaper_start() {

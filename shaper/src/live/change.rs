@@ -6,8 +6,9 @@
 //! overhead, mpu, isolation, rtt, ecn, DiffServ, wash, fwmark, ACK filter, flow quota), the
 //! control loop's policy, fq's limits (`tc qdisc change`) and the GSO/GRO limits that follow
 //! the rate. Not in place, each for a reason it names: what sizes or keys the maps when they
-//! are created, what adds or removes a device (the ingress IFB, the GSO split), and what the
-//! process set up once (its interface, its metrics listener).
+//! are created, what the verifier fixed (the data path's debug events), what adds or removes a
+//! device (the ingress IFB, the GSO split), and what the process set up once (its interface,
+//! its metrics listener).
 
 use std::fmt;
 
@@ -83,6 +84,13 @@ pub fn differences(old: &Settings, new: &Settings) -> Result<Vec<Difference>, Ne
         &ns.host_prefix_v6,
         keys,
         u32::to_string,
+    );
+    d.fixed(
+        "log-datapath",
+        &os.log_datapath,
+        &ns.log_datapath,
+        "fixed when the programs are verified",
+        bool::to_string,
     );
     let listener = "the metrics endpoint is bound at start";
     d.fixed("metrics", &old.metrics, &new.metrics, listener, |a| {
