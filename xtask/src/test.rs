@@ -37,6 +37,9 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-ingress.sh"],
     &["tests/vm/e2e-forward.sh"],
     &["tests/vm/e2e-ackfilter.sh"],
+    // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
+    // without it.
+    &["tests/vm/e2e-logs.sh"],
     &["tests/vm/e2e-accounting.sh"],
     &["tests/vm/e2e-faults.sh"],
     // `shaper doctor` where every piece is there: TCX on 6.12, the netlink fallback on 6.1.
