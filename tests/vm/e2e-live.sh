@@ -162,7 +162,8 @@ FAILURES=
 STALLED=
 SENDER_LIMITED=
 WORST=0
-# judge WHAT: collects rate_after's VERDICT for shaper.
+# judge WHAT: collects rate_after's VERDICT for shaper, with the figures it left ($err, $mbit,
+# $ran, $stall_us).
 judge() {
 	case $VERDICT in
 	within) WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }') ;;

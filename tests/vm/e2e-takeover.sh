@@ -65,7 +65,7 @@ STEADY_FAILURES=
 WORST=0
 # rate_from T0_US WHAT [steady]: s0's wire rate over WINDOW_MS from SETTLE_MS after T0_US; a
 # miss goes to FAILURES, or with `steady` (a window with no takeover, the reference) to
-# STEADY_FAILURES.
+# STEADY_FAILURES; WORST is the worst error within the tolerance after a takeover.
 rate_from() {
 	kind=${3:-}
 	sleep_until $(($1 + SETTLE_MS * 1000))
@@ -76,7 +76,8 @@ rate_from() {
 	err=$(awk -v m="$mbit" -v w="$RATE" 'BEGIN { printf "%.2f", (m - w) / w * 100 }')
 	RATE_NOW=$mbit ERR_NOW=$err
 	if within "$mbit" "$RATE" "$TOLERANCE"; then
-		WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
+		[ "$kind" = steady ] ||
+			WORST=$(awk -v a="$WORST" -v e="$err" 'BEGIN { if (e < 0) e = -e; print (e > a) ? e : a }')
 	elif [ "$kind" = steady ]; then
 		STEADY_FAILURES="$STEADY_FAILURES; $2: $mbit Mbit/s"
 	else
