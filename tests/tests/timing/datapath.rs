@@ -68,12 +68,17 @@ fn gso_packets_are_accounted_per_segment_as_the_qdisc_layer_counts_them() {
 
 #[test]
 fn overhead_and_mpu_apply_per_segment() {
-    let mut cfg = config(SLOW_BPS, 10 * SECOND);
+    // 100 kbit/s, and a full frame first: the clock is then 120 ms ahead of now and stays
+    // ahead, so each departure follows the last by exactly its wire time however slowly the
+    // runs follow one another.
+    let rate = SLOW_BPS / 10;
+    let mut cfg = config(rate, 10 * SECOND);
     cfg.overhead_bytes = 24;
     cfg.mpu_bytes = 84;
     let mut h = Harness::new(cfg);
-    let fp = ns_per_byte_fp(SLOW_BPS);
+    let fp = ns_per_byte_fp(rate);
     let tiny = packet::tcp4_frame(54);
+    stamped(&mut h, &packet::tcp4_frame(1514));
     let t1 = stamped(&mut h, &tiny);
     let t2 = stamped(&mut h, &tiny);
     assert_eq!(t2 - t1, tx_time_ns(84, fp), "54 + 24 < mpu 84");
