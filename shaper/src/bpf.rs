@@ -23,6 +23,7 @@ use shaper_common::{
 };
 
 use crate::{
+    batch,
     config::StateParams,
     events::Events,
     filter::Hook,
@@ -113,6 +114,17 @@ impl BpfError {
 
 fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |source| BpfError::Map { name, source }
+}
+
+/// A batched operation's failure on the map `name`, as aya reports a system call's.
+fn batch_err(name: &'static str, io_error: std::io::Error) -> BpfError {
+    BpfError::Map {
+        name,
+        source: aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_batch",
+            io_error,
+        }),
+    }
 }
 
 pub struct Datapath {
@@ -239,13 +251,86 @@ impl Datapath {
         self.ebpf.map(name).ok_or(BpfError::Missing(name))
     }
 
-    /// Every host's state (the control loop reads hosts, never flows).
+    /// A hash map's data, for the batched operations (`crate::batch`).
+    fn hash_map_data(&self, name: &'static str) -> Result<&MapData, BpfError> {
+        match self.map(name)? {
+            Map::HashMap(data) | Map::LruHashMap(data) => Ok(data),
+            _ => Err(BpfError::Missing(name)),
+        }
+    }
+
+    /// Every host's state (the control loop reads hosts, never flows): in batches where the
+    /// kernel has them, else entry by entry.
     pub fn hosts(&self) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
         let name = map_names::HOSTS;
+        let data = self.hash_map_data(name)?;
+        let max_entries = data.info().map_err(map_err(name))?.max_entries();
+        match batch::lookup_all(data.fd().as_fd(), max_entries) {
+            Ok(hosts) => return Ok(hosts),
+            Err(e) if batch::unsupported(&e) => {}
+            Err(e) => return Err(batch_err(name, e)),
+        }
         let map =
             HashMap::<_, FlowKey, HostState>::try_from(self.map(name)?).map_err(map_err(name))?;
         // An entry evicted between listing its key and reading it is simply skipped.
         Ok(map.iter().filter_map(Result::ok).collect())
+    }
+
+    /// Writes hosts' rates in one batch (see [`Datapath::set_host_rate`]). A host the map has
+    /// no room for (it holds max-hosts entries, as the hosts map does, but a walk of the hosts
+    /// map while a flood churns it can return more) stays at the newcomer level; returns how
+    /// many did.
+    pub fn set_host_rates(&mut self, rates: &[(FlowKey, HostRate)]) -> Result<usize, BpfError> {
+        let name = map_names::HOST_RATES;
+        let fd = self.hash_map_data(name)?.fd().as_fd();
+        match batch::update(fd, rates, |e| e.raw_os_error() == Some(libc::E2BIG)) {
+            Ok(left_out) => return Ok(left_out),
+            Err(e) if batch::unsupported(&e) => {}
+            Err(e) => return Err(batch_err(name, e)),
+        }
+        let mut left_out = 0;
+        for (key, rate) in rates {
+            match self.set_host_rate(key, rate) {
+                Err(e) if e.is_map_full() => left_out += 1,
+                r => r?,
+            }
+        }
+        Ok(left_out)
+    }
+
+    /// Removes hosts' rates in one batch: they fall back to the newcomer level.
+    pub fn remove_host_rates(&mut self, keys: &[FlowKey]) -> Result<(), BpfError> {
+        self.delete_batch::<HostRate>(map_names::HOST_RATES, keys)
+    }
+
+    /// Removes hosts' entries, in one batch: they come back, if ever, as new hosts. Their rates
+    /// stay: [`Datapath::remove_host_rates`] removes those the control plane wrote (most hosts
+    /// a flood brings never had one, and a key the map does not hold costs a system call).
+    pub fn remove_hosts(&mut self, keys: &[FlowKey]) -> Result<(), BpfError> {
+        self.delete_batch::<HostState>(map_names::HOSTS, keys)
+    }
+
+    /// Deletes `keys` from the hash map `name` (values of type `V`): in one batch where the
+    /// kernel has them, else one by one.
+    fn delete_batch<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+        keys: &[FlowKey],
+    ) -> Result<(), BpfError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        match batch::delete(self.hash_map_data(name)?.fd().as_fd(), keys) {
+            Ok(()) => return Ok(()),
+            Err(e) if batch::unsupported(&e) => {}
+            Err(e) => return Err(batch_err(name, e)),
+        }
+        let mut map =
+            HashMap::<_, FlowKey, V>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        for key in keys {
+            removed(map.remove(key)).map_err(map_err(name))?;
+        }
+        Ok(())
     }
 
     /// The hosts whose levels the control plane wrote.
@@ -278,15 +363,6 @@ impl Datapath {
         let mut map = HashMap::<_, FlowKey, HostRate>::try_from(self.map_mut(name)?)
             .map_err(map_err(name))?;
         removed(map.remove(key)).map_err(map_err(name))
-    }
-
-    /// Removes a host's entry and its rates: it comes back, if ever, as a new host.
-    pub fn remove_host(&mut self, key: &FlowKey) -> Result<(), BpfError> {
-        let name = map_names::HOSTS;
-        let mut map = HashMap::<_, FlowKey, HostState>::try_from(self.map_mut(name)?)
-            .map_err(map_err(name))?;
-        removed(map.remove(key)).map_err(map_err(name))?;
-        self.remove_host_rate(key)
     }
 
     pub fn levels(&self) -> Result<Levels, BpfError> {

@@ -232,16 +232,17 @@ impl Controller {
         let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
         // Hosts the data path evicted: an entry created again starts from zero counters. Only
         // a host whose levels were written has a rate to remove: a flood of spoofed sources
-        // evicts hundreds of hosts a tick that never had one, a system call each.
+        // evicts hundreds of hosts a tick that never had one.
         let evicted: Vec<(FlowKey, bool)> = self
             .seen
             .iter()
             .filter(|(k, _)| !current.contains_key(k))
             .map(|(k, seen)| (*k, seen.measured))
             .collect();
+        let mut unrated: Vec<FlowKey> = Vec::new();
         for (key, measured) in evicted {
             if measured {
-                dp.remove_host_rate(&key)?;
+                unrated.push(key);
             }
             self.seen.remove(&key);
         }
@@ -260,17 +261,21 @@ impl Controller {
                 active.push((key, sample));
             } else if seen.silent_ticks >= REMOVE_AFTER_SILENT_TICKS {
                 silent.push(key);
+                if seen.measured {
+                    unrated.push(key);
+                }
             } else if seen.measured && seen.window.idle_ticks() >= FORGET_AFTER_IDLE_TICKS {
                 // Forgotten: it comes back at the newcomer level. Its window restarts from its
                 // counters now, so that its return is not read as everything it ever sent.
-                dp.remove_host_rate(&key)?;
+                unrated.push(key);
                 seen.measured = false;
                 seen.boost = 1.0;
                 seen.window = HostWindow::since(state);
             }
         }
+        dp.remove_host_rates(&unrated)?;
+        dp.remove_hosts(&silent)?;
         for key in silent {
-            dp.remove_host(&key)?;
             self.seen.remove(&key);
         }
         // Tins first (each tin's hosts are levelled within what the tin may use), then hosts,
@@ -304,6 +309,7 @@ impl Controller {
             max_tick_ns: self.max_tick_ns,
             ..Default::default()
         };
+        let mut rates: Vec<(FlowKey, HostRate)> = Vec::with_capacity(active.len());
         let mut summary = TickSummary {
             epoch: self.epoch,
             ..Default::default()
@@ -324,7 +330,7 @@ impl Controller {
             // ahead only go ahead of each other, and each is held by nothing but its guard
             // (the whole rate for a host not bottlenecked, or new, while nobody else is).
             let ahead = samples.iter().any(HostSample::bottlenecked);
-            self.apply(dp, &group, &plan, ahead)?;
+            self.apply(&config, &group, &plan, ahead, &mut rates);
             levels.set_newcomer(&config, t, edt::ns_per_byte_fp(plan.new_host_bps as u64));
             if ahead {
                 levels.newcomers_ahead_tins |= 1 << t;
@@ -340,21 +346,26 @@ impl Controller {
                 summary.new_host_bps = plan.new_host_bps as u64;
             }
         }
+        let left_out = dp.set_host_rates(&rates)?;
+        if left_out > 0 {
+            trace!(left_out, "host rates full");
+        }
         dp.set_levels(&levels)?;
         self.tick_ns = monotonic_now_ns().saturating_sub(now);
         self.max_tick_ns = self.max_tick_ns.max(self.tick_ns);
         Ok(summary)
     }
 
-    /// Writes a plan's levels for its hosts, with each host's boost; `ahead`: hosts not
-    /// bottlenecked go ahead of the calendar's bookings (`host_flags::AHEAD`).
+    /// A plan's levels for its hosts, with each host's boost, added to `rates`; `ahead`: hosts
+    /// not bottlenecked go ahead of the calendar's bookings (`host_flags::AHEAD`).
     fn apply(
         &mut self,
-        dp: &mut Datapath,
+        config: &ShaperConfig,
         group: &[(FlowKey, HostSample)],
         plan: &Plan,
         ahead: bool,
-    ) -> Result<(), BpfError> {
+        rates: &mut Vec<(FlowKey, HostRate)>,
+    ) {
         for ((key, sample), (allocation_bps, flow_bps)) in group.iter().zip(&plan.hosts) {
             let boost = match self.seen.get_mut(key) {
                 Some(seen) => {
@@ -387,18 +398,8 @@ impl Controller {
                 0
             };
             let allocation = guarded.then_some(*allocation_bps);
-            let rate = host_rate(dp.config(), allocation, *flow_bps, boost, flags);
-            match dp.set_host_rate(key, &rate) {
-                // The rates map holds max-hosts entries, as the hosts map does, but a walk of
-                // the hosts map while a flood churns it can return more: a host beyond stays at
-                // the newcomer level this tick, and the tick still writes everyone's levels.
-                Err(e) if e.is_map_full() => {
-                    trace!(host = %crate::stats::describe_key(key), "host rates full")
-                }
-                r => r?,
-            }
+            rates.push((*key, host_rate(config, allocation, *flow_bps, boost, flags)));
         }
-        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! shaper: a CAKE-class traffic shaper built on eBPF. The BPF data path stamps each packet's
 //! Earliest Departure Time and `fq` releases it then; this library is the control plane.
 
+pub mod batch;
 pub mod bpf;
 pub mod cli;
 pub mod clsact;

@@ -223,3 +223,68 @@ fn without_a_configured_rate_everything_passes_unshaped() {
     assert_eq!((out.verdict, out.ctx.tstamp()), (PASS, 0));
     assert_eq!(h.view().stats.passed[PassReason::Unconfigured as usize], 1);
 }
+
+#[test]
+fn the_control_plane_reads_and_writes_hosts_in_batches() {
+    use shaper_common::{
+        abi::{HostRate, ShaperConfig},
+        isolation::Isolation,
+    };
+    // More hosts than the maps hold (TEST_STATE: 256), as under a flood of spoofed sources.
+    let mut h = Harness::new(ShaperConfig {
+        isolation: Isolation::DualDstHost as u32,
+        host_mask_v4: u32::MAX,
+        ..config(10_000_000_000, SECOND)
+    });
+    let dst = |n: u32| [10, 1, (n >> 8) as u8, n as u8];
+    for n in 0..300 {
+        let out = h.run(
+            &packet::tcp4_flow([10, 0, 0, 1], dst(n), 40_000, 5201, 100),
+            &SkbContext::default(),
+        );
+        assert_eq!(out.verdict, PASS);
+    }
+    let hosts = h.datapath.hosts().unwrap();
+    let mut keys: Vec<_> = hosts.iter().map(|(k, _)| k.dst[0]).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), hosts.len(), "each host once");
+    assert!(
+        hosts.len() > 128 && hosts.len() <= 256,
+        "{} hosts read back, the map holds 256",
+        hosts.len()
+    );
+    for (key, state) in &hosts {
+        let addr = key.dst[0].to_ne_bytes();
+        assert_eq!(addr[..2], [10, 1], "{key:?}");
+        assert!(state.bytes > 0, "{key:?}: {state:?}");
+    }
+    // Rates for every host sent to, more than the rates map holds: the ones it has no room
+    // for are left out and counted, the others written.
+    let all: Vec<_> = hosts.iter().map(|(k, _)| *k).collect();
+    let mut extra = *all.first().unwrap();
+    let rate = HostRate::new(h.datapath.config(), 1, 2, 0);
+    let mut rates: Vec<_> = all.iter().map(|k| (*k, rate)).collect();
+    for n in 1_000..1_100u32 {
+        extra.dst[0] = u32::from_ne_bytes(dst(n));
+        rates.push((extra, rate));
+    }
+    let left_out = h.datapath.set_host_rates(&rates).unwrap();
+    assert_eq!(left_out, rates.len() - 256);
+    let written = h.datapath.host_rates().unwrap();
+    assert_eq!(written.len(), 256);
+    assert!(written.iter().all(|(_, r)| *r == rate));
+    // Removing hosts and rates, some of them long gone.
+    let mut gone = all.clone();
+    gone.push(extra);
+    h.datapath.remove_hosts(&gone).unwrap();
+    assert!(h.datapath.hosts().unwrap().is_empty());
+    assert_eq!(h.datapath.host_rates().unwrap().len(), 256, "rates stay");
+    h.datapath.remove_host_rates(&gone).unwrap();
+    let rated = h.datapath.host_rates().unwrap();
+    assert!(
+        rated.iter().all(|(k, _)| !gone.contains(k)),
+        "{} rates left",
+        rated.len()
+    );
+}
