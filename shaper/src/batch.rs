@@ -65,9 +65,14 @@ fn zeroed<T: Pod>(n: usize) -> Vec<T> {
     (0..n).map(|_| unsafe { std::mem::zeroed() }).collect()
 }
 
-/// Every entry of the hash map `fd`, `chunk` at a time (at least the largest bucket: a hash
-/// map's batch is whole buckets). Entries added or removed meanwhile may or may not be in it.
-pub fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>, chunk: u32) -> io::Result<Vec<(K, V)>> {
+/// Entries a lookup batch asks for at first: a full map of many thousand hosts takes a few
+/// calls, an almost empty one does not clear buffers for all it could hold.
+const LOOKUP_CHUNK: u32 = 1024;
+
+/// Every entry of the hash map `fd`, which holds at most `max_entries`. Entries added or removed
+/// meanwhile may or may not be in it.
+pub fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>, max_entries: u32) -> io::Result<Vec<(K, V)>> {
+    let mut chunk = LOOKUP_CHUNK.min(max_entries).max(1);
     let mut keys = zeroed::<K>(chunk as usize);
     let mut values = zeroed::<V>(chunk as usize);
     let mut entries = Vec::new();
@@ -96,6 +101,13 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: BorrowedFd<'_>, chunk: u32) -> io::Result<
             Ok(()) => {}
             // The end of the map.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(entries),
+            // A batch is whole buckets: this one holds more than the chunk. Again, with room.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && n == 0 && chunk < max_entries => {
+                chunk = chunk.saturating_mul(2).min(max_entries);
+                keys = zeroed::<K>(chunk as usize);
+                values = zeroed::<V>(chunk as usize);
+                continue;
+            }
             Err(e) => return Err(e),
         }
         token = next;

@@ -3,8 +3,9 @@
 //! program, so its maps start empty. Departure times are tested in `timing/datapath.rs`.
 
 use shaper_common::stats::PassReason;
+use shaper::config::StateParams;
 use shaper_tests::{
-    Harness, PASS, config,
+    Harness, PASS, TEST_STATE, config,
     packet::{self, Frame},
     skb::SkbContext,
 };
@@ -230,14 +231,22 @@ fn the_control_plane_reads_and_writes_hosts_in_batches() {
         abi::{HostRate, ShaperConfig},
         isolation::Isolation,
     };
-    // More hosts than the maps hold (TEST_STATE: 256), as under a flood of spoofed sources.
-    let mut h = Harness::new(ShaperConfig {
-        isolation: Isolation::DualDstHost as u32,
-        host_mask_v4: u32::MAX,
-        ..config(10_000_000_000, SECOND)
-    });
+    // More hosts than the maps hold, as under a flood of spoofed sources; more than a lookup
+    // batch asks for at first, too.
+    const MAX_HOSTS: usize = 3_000;
+    let mut h = Harness::with_state(
+        ShaperConfig {
+            isolation: Isolation::DualDstHost as u32,
+            host_mask_v4: u32::MAX,
+            ..config(10_000_000_000, SECOND)
+        },
+        &StateParams {
+            max_hosts: MAX_HOSTS as u32,
+            ..TEST_STATE
+        },
+    );
     let dst = |n: u32| [10, 1, (n >> 8) as u8, n as u8];
-    for n in 0..300 {
+    for n in 0..MAX_HOSTS as u32 + 300 {
         let out = h.run(
             &packet::tcp4_flow([10, 0, 0, 1], dst(n), 40_000, 5201, 100),
             &SkbContext::default(),
@@ -250,8 +259,8 @@ fn the_control_plane_reads_and_writes_hosts_in_batches() {
     keys.dedup();
     assert_eq!(keys.len(), hosts.len(), "each host once");
     assert!(
-        hosts.len() > 128 && hosts.len() <= 256,
-        "{} hosts read back, the map holds 256",
+        hosts.len() > MAX_HOSTS / 2 && hosts.len() <= MAX_HOSTS,
+        "{} hosts read back, the map holds {MAX_HOSTS}",
         hosts.len()
     );
     for (key, state) in &hosts {
@@ -265,21 +274,21 @@ fn the_control_plane_reads_and_writes_hosts_in_batches() {
     let mut extra = *all.first().unwrap();
     let rate = HostRate::new(h.datapath.config(), 1, 2, 0);
     let mut rates: Vec<_> = all.iter().map(|k| (*k, rate)).collect();
-    for n in 1_000..1_100u32 {
+    for n in 10_000..10_100u32 {
         extra.dst[0] = u32::from_ne_bytes(dst(n));
         rates.push((extra, rate));
     }
     let left_out = h.datapath.set_host_rates(&rates).unwrap();
-    assert_eq!(left_out, rates.len() - 256);
+    assert_eq!(left_out, rates.len() - MAX_HOSTS);
     let written = h.datapath.host_rates().unwrap();
-    assert_eq!(written.len(), 256);
+    assert_eq!(written.len(), MAX_HOSTS);
     assert!(written.iter().all(|(_, r)| *r == rate));
     // Removing hosts and rates, some of them long gone.
     let mut gone = all.clone();
     gone.push(extra);
     h.datapath.remove_hosts(&gone).unwrap();
     assert!(h.datapath.hosts().unwrap().is_empty());
-    assert_eq!(h.datapath.host_rates().unwrap().len(), 256, "rates stay");
+    assert_eq!(h.datapath.host_rates().unwrap().len(), MAX_HOSTS, "rates stay");
     h.datapath.remove_host_rates(&gone).unwrap();
     let rated = h.datapath.host_rates().unwrap();
     assert!(
