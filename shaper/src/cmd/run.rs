@@ -22,6 +22,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     future::poll_fn,
     path::PathBuf,
+    sync::Arc,
     task::Poll,
     time::Instant,
 };
@@ -31,6 +32,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
+    bpf::MapReader,
     config::{Options, Settings},
     control::{self, Controller},
     deploy::{Deployment, Handed},
@@ -173,6 +175,8 @@ impl Signals {
 /// and the socket its live changes arrive on.
 struct Shaped {
     deployment: Deployment,
+    /// Each direction's maps for the metrics endpoint, held from the start.
+    maps: Vec<(Direction, Arc<MapReader>)>,
     source: Source,
     control: ControlSocket,
     egress: Controller,
@@ -732,9 +736,14 @@ fn shape_one(
         controller.resume(d.datapath())?;
         Ok(controller)
     };
+    let mut maps = vec![(Direction::Egress, Arc::new(deployment.datapath().reader()?))];
+    if let Some(ingress) = deployment.nested_mut() {
+        maps.push((Direction::Ingress, Arc::new(ingress.datapath().reader()?)));
+    }
     Ok(Shaped {
         egress: controller(&deployment)?,
         ingress: deployment.nested_mut().map(|i| controller(i)).transpose()?,
+        maps,
         deployment,
         source,
         control,
@@ -832,6 +841,9 @@ fn control_tick(
 /// maps and settings) and whether its last health check passed.
 fn publish(monitor: &Monitor, shaped: &mut Shaped, passed: bool) {
     let interface = shaped.name().to_string();
+    for (direction, maps) in &shaped.maps {
+        monitor.holds(&interface, *direction, maps.clone());
+    }
     let mut states = vec![(Direction::Egress, shaped.deployment.state().clone())];
     if let Some(ingress) = shaped.deployment.nested_mut() {
         states.push((Direction::Ingress, ingress.state().clone()));
