@@ -16,7 +16,8 @@
 //! On exit every interface is restored, each as it was found; with `--keep`, or on SIGUSR2,
 //! every interface is left shaped instead, for the next `shaper run` to take over
 //! (`handover`). A `shaper run --replace` started meanwhile asks for each interface it shapes
-//! in turn: that one is left shaped and never taken back, and a process with none left ends.
+//! in turn: that one is left shaped and never taken back, and a process with none left ends,
+//! or with `--when-replaced wait` waits, holding nothing, to be stopped.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -36,7 +37,8 @@ use crate::{
     config::{Options, Settings},
     control::{self, Controller},
     deploy::{Deployment, Handed},
-    handover, health, ingress,
+    handover::{self, AfterRequest, WhenReplaced},
+    health, ingress,
     interfaces::{Link, Plan},
     link::Interface,
     linkwatch::{self, Watcher},
@@ -72,6 +74,13 @@ pub struct RunArgs {
     /// Needs what --keep needs.
     #[arg(long)]
     pub replace: bool,
+    /// What this process does once a `shaper run --replace` has taken over every interface it
+    /// shaped: `exit` (with status 0), or `wait` holding nothing, not ready on /readyz, until
+    /// SIGTERM or SIGINT, then exit 0 without touching the interfaces. `wait` is for a
+    /// supervisor that restarts a process that exits (a Kubernetes pod, systemd's
+    /// Restart=always), whose restart would take the interfaces back.
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = WhenReplaced::Exit)]
+    pub when_replaced: WhenReplaced,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -112,6 +121,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         follow: plan.has_sections(),
         plan,
         replace: args.replace,
+        when_replaced: args.when_replaced,
         given: BTreeSet::new(),
         shaped: Vec::new(),
         failed: BTreeMap::new(),
@@ -147,7 +157,7 @@ enum Stop {
     Asked,
     /// SIGUSR2: leave every interface shaped for the next process.
     Leave,
-    /// Every interface was handed over on request (`Request::Leave`).
+    /// Every interface was handed over on request (`Request::Leave`): nothing is left to end.
     Replaced,
 }
 
@@ -198,6 +208,8 @@ struct Supervisor {
     follow: bool,
     /// Ask a shaper running on an interface to leave it to this process (`--replace`).
     replace: bool,
+    /// What this process does once another has taken every interface (`--when-replaced`).
+    when_replaced: WhenReplaced,
     /// Interfaces left to another process at its request: not shaped again by this one.
     given: BTreeSet<String>,
     shaped: Vec<Shaped>,
@@ -245,13 +257,38 @@ impl Supervisor {
                 }
                 (at, pending) = next_request(&mut self.shaped) => {
                     let response = self.answer(Some(at), &pending.request);
-                    if self.shaped.is_empty() && !self.given.is_empty() {
-                        // The last answer reaches its client before the process ends.
-                        pending.answer_written(response).await;
+                    let next = handover::after_request(
+                        self.shaped.len(),
+                        self.given.len(),
+                        self.when_replaced,
+                    );
+                    if next == AfterRequest::Serve {
+                        pending.answer(response);
+                        continue;
+                    }
+                    // The last answer reaches its client before the process ends or waits.
+                    pending.answer_written(response).await;
+                    if next == AfterRequest::Exit {
                         info!("every interface was left to the next shaper; exiting");
                         return Ok(Stop::Replaced);
                     }
-                    pending.answer(response);
+                    // Holding nothing from here on: no interface followed, none reloaded.
+                    drop(watcher.take());
+                    self.monitor.replaced();
+                    notify::replaced();
+                    info!(
+                        "every interface was left to the next shaper; waiting for SIGTERM or SIGINT (--when-replaced wait)"
+                    );
+                    loop {
+                        tokio::select! {
+                            _ = sigterm.recv() => return Ok(Stop::Replaced),
+                            _ = sigint.recv() => return Ok(Stop::Replaced),
+                            _ = sigusr2.recv() => return Ok(Stop::Replaced),
+                            _ = sighup.recv() => {
+                                info!("nothing to reload: every interface was left to the next shaper");
+                            }
+                        }
+                    }
                 }
                 due = tick.tick() => {
                     self.monitor.tick_started(due.elapsed());

@@ -83,6 +83,9 @@ struct Shared {
     passed: BTreeMap<String, bool>,
     /// Shaping ends: never ready again.
     stopping: bool,
+    /// Every interface was left to the next shaper and the process waits to be stopped
+    /// (`--when-replaced wait`): never ready again, and alive without ticking.
+    replaced: bool,
     /// How late ticks started (s).
     lateness: Histogram,
     last_tick: Option<Instant>,
@@ -91,7 +94,11 @@ struct Shared {
 impl Shared {
     /// Why `/readyz` fails now; `None` when ready.
     fn unready(&self) -> Option<&'static str> {
-        if self.stopping {
+        if self.replaced {
+            Some(
+                "replaced: every interface was left to the next shaper; this process holds none and waits to be stopped",
+            )
+        } else if self.stopping {
             Some("stopping")
         } else if self.wanted.is_empty()
             || !self
@@ -129,6 +136,7 @@ impl Default for Monitor {
                 wanted: BTreeSet::new(),
                 passed: BTreeMap::new(),
                 stopping: false,
+                replaced: false,
                 lateness: Histogram::new(TICK_BUCKETS_S),
                 last_tick: None,
             })),
@@ -219,6 +227,11 @@ impl Monitor {
         self.lock().stopping = true;
     }
 
+    /// Every interface was left to the next shaper, and the process waits to be stopped.
+    pub fn replaced(&self) {
+        self.lock().replaced = true;
+    }
+
     /// A tick of the control loop started `lateness` after it was due.
     pub fn tick_started(&self, lateness: Duration) {
         let mut shared = self.lock();
@@ -262,7 +275,8 @@ impl Monitor {
     }
 
     /// `Ok` while the process does its job: every shaped direction's maps are readable and the
-    /// control loop ticks. Before shaping has started there is nothing to read yet: alive.
+    /// control loop ticks. Before shaping has started there is nothing to read yet: alive. A
+    /// process that was replaced and waits to be stopped has nothing to read or tick: alive.
     pub fn health(&self) -> Result<(), String> {
         let (directions, last_tick) = {
             let shared = self.lock();
@@ -277,7 +291,8 @@ impl Monitor {
                     ))
                 })
                 .collect();
-            (directions, shared.last_tick)
+            let last_tick = shared.last_tick.filter(|_| !shared.replaced);
+            (directions, last_tick)
         };
         for (iface, maps) in &directions {
             maps.view()
@@ -378,5 +393,24 @@ mod tests {
         assert_eq!(m.lock().directions.len(), 1);
         m.stopping();
         assert_eq!(m.ready(), Err("stopping"));
+    }
+
+    #[test]
+    fn a_replaced_process_is_alive_and_not_ready_without_ticking() {
+        let m = Monitor::default();
+        m.configured(["s0".to_string()]);
+        m.checked("s0", vec![(Direction::Egress, state("s0"))], true);
+        m.forget("s0");
+        m.configured([]);
+        // Its last tick long past: a control loop that stopped ticking is dead...
+        m.lock().last_tick = Some(Instant::now() - 2 * STALLED_AFTER);
+        assert!(m.health().is_err());
+        // ...but one with nothing left to shape, waiting to be stopped, is not.
+        m.replaced();
+        assert_eq!(m.health(), Ok(()));
+        let why = m.ready().unwrap_err();
+        assert!(why.starts_with("replaced: "), "{why}");
+        // Nothing is read: no direction is left.
+        assert!(m.scrape(0).unwrap().directions.is_empty());
     }
 }
