@@ -75,10 +75,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub replace: bool,
     /// What this process does once a `shaper run --replace` has taken over every interface it
-    /// shaped: `exit` (with status 0), or `wait` holding nothing, not ready on /readyz, until
-    /// SIGTERM or SIGINT, then exit 0 without touching the interfaces. `wait` is for a
-    /// supervisor that restarts a process that exits (a Kubernetes pod, systemd's
-    /// Restart=always), whose restart would take the interfaces back.
+    /// shaped.
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = WhenReplaced::Exit)]
     pub when_replaced: WhenReplaced,
 }
