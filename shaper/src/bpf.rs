@@ -57,6 +57,10 @@ pub enum BpfError {
         name: &'static str,
         source: aya::maps::MapError,
     },
+    #[error(
+        "opening the running shaper's BPF map {0} by its id needs CAP_SYS_ADMIN, which this process lacks: run it as root"
+    )]
+    ById(&'static str),
     #[error("the BPF object has no {0}")]
     Missing(&'static str),
     #[error("duplicating a program descriptor: {0}")]
@@ -259,21 +263,10 @@ impl Datapath {
         }
     }
 
-    /// Every host's state (the control loop reads hosts, never flows): in batches where the
-    /// kernel has them, else entry by entry.
+    /// Every host's state (the control loop reads hosts, never flows).
     pub fn hosts(&self) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
         let name = map_names::HOSTS;
-        let data = self.hash_map_data(name)?;
-        let max_entries = data.info().map_err(map_err(name))?.max_entries();
-        match batch::lookup_all(data.fd().as_fd(), max_entries) {
-            Ok(hosts) => return Ok(hosts),
-            Err(e) if batch::unsupported(&e) => {}
-            Err(e) => return Err(batch_err(name, e)),
-        }
-        let map =
-            HashMap::<_, FlowKey, HostState>::try_from(self.map(name)?).map_err(map_err(name))?;
-        // An entry evicted between listing its key and reading it is simply skipped.
-        Ok(map.iter().filter_map(Result::ok).collect())
+        entries(name, self.map(name)?, usize::MAX)
     }
 
     /// Writes hosts' rates in one batch (see [`Datapath::set_host_rate`]). A host the map has
@@ -336,17 +329,13 @@ impl Datapath {
     /// The hosts whose levels the control plane wrote.
     pub fn host_rates(&self) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
         let name = map_names::HOST_RATES;
-        let map =
-            HashMap::<_, FlowKey, HostRate>::try_from(self.map(name)?).map_err(map_err(name))?;
-        Ok(map.iter().filter_map(Result::ok).collect())
+        entries(name, self.map(name)?, usize::MAX)
     }
 
     /// Up to `limit` flows (for stats; a full walk of a big table takes a while).
     pub fn flows(&self, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
         let name = map_names::FLOWS;
-        let map =
-            HashMap::<_, FlowKey, FlowState>::try_from(self.map(name)?).map_err(map_err(name))?;
-        Ok(map.iter().filter_map(Result::ok).take(limit).collect())
+        entries(name, self.map(name)?, limit)
     }
 
     /// A host's rates. The data path reads them once per control epoch: they apply from the next
@@ -366,9 +355,7 @@ impl Datapath {
     }
 
     pub fn levels(&self) -> Result<Levels, BpfError> {
-        let name = map_names::LEVELS;
-        let array = Array::<_, Levels>::try_from(self.map(name)?).map_err(map_err(name))?;
-        array.get(&0, 0).map_err(map_err(name))
+        read_levels(self.map(map_names::LEVELS)?)
     }
 
     pub fn set_levels(&mut self, levels: &Levels) -> Result<(), BpfError> {
@@ -592,10 +579,27 @@ impl Datapath {
 
     /// Counters of this instance (for tests and the control loop).
     pub fn snapshot(&self) -> Result<DatapathView, BpfError> {
-        let name = map_names::STATS;
-        let stats =
-            PerCpuArray::<_, DatapathStats>::try_from(self.map(name)?).map_err(map_err(name))?;
-        read_view(&stats)
+        read_view(self.map(map_names::STATS)?)
+    }
+
+    /// The maps `shaper stats` reads, for reading them on another thread: duplicates of this
+    /// process's own descriptors, which need no privilege beyond holding them (opening a map by
+    /// id would need CAP_SYS_ADMIN). They keep the maps alive while held.
+    pub fn reader(&self) -> Result<MapReader, BpfError> {
+        let dup = |name: &'static str| -> Result<Map, BpfError> {
+            let data = map_data(self.map(name)?).ok_or(BpfError::Missing(name))?;
+            let fd = data.fd().as_fd().try_clone_to_owned()?;
+            MapData::from_fd(fd)
+                .and_then(Map::from_map_data)
+                .map_err(map_err(name))
+        };
+        Ok(MapReader {
+            stats: dup(map_names::STATS)?,
+            levels: Some(dup(map_names::LEVELS)?),
+            hosts: dup(map_names::HOSTS)?,
+            host_rates: dup(map_names::HOST_RATES)?,
+            flows: dup(map_names::FLOWS)?,
+        })
     }
 }
 
@@ -731,7 +735,8 @@ fn egress_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, BpfError> {
     classifier(ebpf, program_names::EGRESS)
 }
 
-fn map_data(map: &Map) -> Option<&MapData> {
+/// The kernel map behind one of the object's (every type the object has).
+pub fn map_data(map: &Map) -> Option<&MapData> {
     match map {
         Map::Array(d)
         | Map::RingBuf(d)
@@ -751,11 +756,11 @@ pub struct DatapathView {
     pub backlog_ns: u64,
 }
 
-fn read_view<S>(stats: &PerCpuArray<S, DatapathStats>) -> Result<DatapathView, BpfError>
-where
-    S: std::borrow::Borrow<MapData>,
-{
-    let per_cpu = stats.get(&0, 0).map_err(map_err(map_names::STATS))?;
+/// The counters of a [`map_names::STATS`] map, added up over the CPUs.
+fn read_view(map: &Map) -> Result<DatapathView, BpfError> {
+    let name = map_names::STATS;
+    let stats = PerCpuArray::<_, DatapathStats>::try_from(map).map_err(map_err(name))?;
+    let per_cpu = stats.get(&0, 0).map_err(map_err(name))?;
     let mut total = DatapathStats::default();
     for cpu in per_cpu.iter() {
         total.accumulate(cpu);
@@ -764,6 +769,34 @@ where
         stats: total,
         backlog_ns: total.latest_depart_ns.saturating_sub(monotonic_now_ns()),
     })
+}
+
+/// What a [`map_names::LEVELS`] map holds.
+fn read_levels(map: &Map) -> Result<Levels, BpfError> {
+    let name = map_names::LEVELS;
+    let array = Array::<_, Levels>::try_from(map).map_err(map_err(name))?;
+    array.get(&0, 0).map_err(map_err(name))
+}
+
+/// Up to `limit` entries of one of the hash maps keyed by flow or host (`name`, for errors).
+fn entries<V: aya::Pod>(
+    name: &'static str,
+    map: &Map,
+    limit: usize,
+) -> Result<Vec<(FlowKey, V)>, BpfError> {
+    // All of a hash map in batches, where the kernel has them: a few system calls, not two
+    // for each entry.
+    if let (Map::HashMap(data) | Map::LruHashMap(data), usize::MAX) = (map, limit) {
+        let max_entries = data.info().map_err(map_err(name))?.max_entries();
+        match batch::lookup_all(data.fd().as_fd(), max_entries) {
+            Ok(all) => return Ok(all),
+            Err(e) if batch::unsupported(&e) => {}
+            Err(e) => return Err(batch_err(name, e)),
+        }
+    }
+    let map = HashMap::<_, FlowKey, V>::try_from(map).map_err(map_err(name))?;
+    // An entry evicted between listing its key and reading it is simply skipped.
+    Ok(map.iter().filter_map(Result::ok).take(limit).collect())
 }
 
 /// A removal of a key that is not there (any more) is done: aya reports the kernel's ENOENT as a
@@ -780,48 +813,78 @@ fn removed(result: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::Map
     }
 }
 
-/// Reads a running instance's maps by their kernel ids (for `shaper stats`).
-pub fn view_by_ids(ids: &MapIds) -> Result<DatapathView, BpfError> {
-    let name = map_names::STATS;
-    let data = MapData::from_id(ids.stats).map_err(map_err(name))?;
-    let stats =
-        PerCpuArray::<_, DatapathStats>::try_from(Map::PerCpuArray(data)).map_err(map_err(name))?;
-    read_view(&stats)
+/// A data path's maps as read beside its control loop, by the running process (the metrics
+/// endpoint, [`Datapath::reader`]) or by `shaper stats` ([`MapReader::by_ids`]): one decoding
+/// of each, whoever opened it.
+#[derive(Debug)]
+pub struct MapReader {
+    stats: Map,
+    /// `None` from a state file written before the levels' id was recorded.
+    levels: Option<Map>,
+    hosts: Map,
+    host_rates: Map,
+    flows: Map,
 }
 
-/// The levels the control plane wrote last, by map id.
-pub fn levels_by_id(id: u32) -> Result<Levels, BpfError> {
-    let name = map_names::LEVELS;
-    let data = MapData::from_id(id).map_err(map_err(name))?;
-    let array = Array::<_, Levels>::try_from(Map::Array(data)).map_err(map_err(name))?;
-    array.get(&0, 0).map_err(map_err(name))
-}
+impl MapReader {
+    /// Another process's maps by their kernel ids (its state file's): BPF_MAP_GET_FD_BY_ID,
+    /// which needs CAP_SYS_ADMIN.
+    pub fn by_ids(ids: &MapIds) -> Result<Self, BpfError> {
+        let open = |name: &'static str, id: u32| match MapData::from_id(id) {
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::EPERM) =>
+            {
+                Err(BpfError::ById(name))
+            }
+            opened => opened.and_then(Map::from_map_data).map_err(map_err(name)),
+        };
+        Ok(Self {
+            stats: open(map_names::STATS, ids.stats)?,
+            levels: match ids.levels {
+                0 => None,
+                id => Some(open(map_names::LEVELS, id)?),
+            },
+            hosts: open(map_names::HOSTS, ids.hosts)?,
+            host_rates: open(map_names::HOST_RATES, ids.host_rates)?,
+            flows: open(map_names::FLOWS, ids.flows)?,
+        })
+    }
 
-/// Hosts (and their states) of a running instance, by map id.
-pub fn hosts_by_id(id: u32) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
-    let name = map_names::HOSTS;
-    let data = MapData::from_id(id).map_err(map_err(name))?;
-    let map =
-        HashMap::<_, FlowKey, HostState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
-    Ok(map.iter().filter_map(Result::ok).collect())
-}
+    /// The counters now.
+    pub fn view(&self) -> Result<DatapathView, BpfError> {
+        read_view(&self.stats)
+    }
 
-/// The levels the control plane wrote, by map id.
-pub fn host_rates_by_id(id: u32) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
-    let name = map_names::HOST_RATES;
-    let data = MapData::from_id(id).map_err(map_err(name))?;
-    let map =
-        HashMap::<_, FlowKey, HostRate>::try_from(Map::HashMap(data)).map_err(map_err(name))?;
-    Ok(map.iter().filter_map(Result::ok).collect())
-}
+    /// The levels the control plane wrote last, if the map is known.
+    pub fn levels(&self) -> Result<Option<Levels>, BpfError> {
+        self.levels.as_ref().map(read_levels).transpose()
+    }
 
-/// Up to `limit` flows of a running instance, by map id.
-pub fn flows_by_id(id: u32, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
-    let name = map_names::FLOWS;
-    let data = MapData::from_id(id).map_err(map_err(name))?;
-    let map =
-        HashMap::<_, FlowKey, FlowState>::try_from(Map::LruHashMap(data)).map_err(map_err(name))?;
-    Ok(map.iter().filter_map(Result::ok).take(limit).collect())
+    /// Every host and its state.
+    pub fn hosts(&self) -> Result<Vec<(FlowKey, HostState)>, BpfError> {
+        entries(map_names::HOSTS, &self.hosts, usize::MAX)
+    }
+
+    /// The hosts whose levels the control plane wrote.
+    pub fn host_rates(&self) -> Result<Vec<(FlowKey, HostRate)>, BpfError> {
+        entries(map_names::HOST_RATES, &self.host_rates, usize::MAX)
+    }
+
+    /// Up to `limit` flows.
+    pub fn flows(&self, limit: usize) -> Result<Vec<(FlowKey, FlowState)>, BpfError> {
+        entries(map_names::FLOWS, &self.flows, limit)
+    }
+
+    /// One of the per-host and per-flow maps (`map_names::HOSTS`, `HOST_RATES` or `FLOWS`),
+    /// for what it costs (`mapmem`).
+    pub fn table(&self, name: &'static str) -> Result<&Map, BpfError> {
+        match name {
+            map_names::HOSTS => Ok(&self.hosts),
+            map_names::HOST_RATES => Ok(&self.host_rates),
+            map_names::FLOWS => Ok(&self.flows),
+            _ => Err(BpfError::Missing(name)),
+        }
+    }
 }
 
 /// The clock the data path stamps with (bpf_ktime_get_ns).

@@ -21,8 +21,9 @@
 //!
 //! A process leaves when it is stopped with `--keep`, on SIGUSR2, or when the next one, started
 //! with `--replace` while it runs, asks it to over the interface's control socket
-//! ([`ask_to_leave`]): then it leaves that interface alone and shapes the others on, and ends
-//! once it has none left.
+//! ([`ask_to_leave`]): then it leaves that interface alone and shapes the others on. Once it has
+//! none left it ends, with status 0, or, with `--when-replaced wait`, stays holding nothing
+//! until it is stopped ([`WhenReplaced`]).
 //!
 //! bpffs is per mount: two processes share pins only under the same mount of it (`ip netns
 //! exec` mounts /sys anew, without bpffs). `--keep` and `--replace` check for it before
@@ -39,6 +40,42 @@ use crate::{
     live::protocol::{self, Request, Response},
     runtime::{self, InterfaceLock},
 };
+
+/// What a process does once it has left every interface it shaped to the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WhenReplaced {
+    /// End, with status 0.
+    #[default]
+    Exit,
+    /// Stay, holding nothing and touching nothing, not ready (`/readyz` 503, `/healthz` 200),
+    /// until SIGTERM or SIGINT, then end with status 0: for a supervisor that restarts a
+    /// process that ends (a container's kubelet, systemd's `Restart=always`), whose restart,
+    /// with `--replace`, would take the interfaces back.
+    Wait,
+}
+
+/// What the run does next, once a request on a control socket was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRequest {
+    /// Shape on.
+    Serve,
+    /// Every interface was left: end now.
+    Exit,
+    /// Every interface was left: wait, holding nothing, to be stopped.
+    Wait,
+}
+
+/// What the run does next with `shaped` interfaces shaped and `given` left to another process
+/// at its request: a process with interfaces of its own shapes on, and one that has given all
+/// of them away is replaced. One that never gave any away (shaping nothing yet, as when every
+/// configured interface is absent) has not been replaced: it waits for them.
+pub fn after_request(shaped: usize, given: usize, when: WhenReplaced) -> AfterRequest {
+    match (shaped, given, when) {
+        (0, 1.., WhenReplaced::Exit) => AfterRequest::Exit,
+        (0, 1.., WhenReplaced::Wait) => AfterRequest::Wait,
+        _ => AfterRequest::Serve,
+    }
+}
 
 /// `statfs(2)`'s `f_type` of a bpffs mount.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -212,5 +249,25 @@ pub fn ask_to_leave(iface: &Interface) -> anyhow::Result<()> {
 pub fn clear(iface: &Interface) {
     if let Some(left) = Left::find(iface) {
         left.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_gave_every_interface_away_exits_or_waits_as_told() {
+        use AfterRequest::*;
+        use WhenReplaced::{Exit as E, Wait as W};
+        for when in [E, W] {
+            // Interfaces of its own left, or none ever given away: it shapes on.
+            assert_eq!(after_request(1, 1, when), Serve);
+            assert_eq!(after_request(2, 0, when), Serve);
+            assert_eq!(after_request(0, 0, when), Serve);
+        }
+        assert_eq!(after_request(0, 1, E), Exit);
+        assert_eq!(after_request(0, 3, W), Wait);
+        assert_eq!(WhenReplaced::default(), E, "the command line's default");
     }
 }

@@ -13,14 +13,14 @@ use std::{
     os::fd::{AsFd, AsRawFd},
 };
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, Map};
 use serde::Serialize;
 use shaper_common::{
     abi::{FlowKey, FlowState, HostRate, HostState},
     names::map_names,
 };
 
-use crate::{bpf::BpfError, record::MapIds};
+use crate::bpf::{self, BpfError, MapReader};
 
 /// `sizeof(struct htab_elem)` before the key, x86_64 and arm64.
 pub const HTAB_ELEM_BYTES: u64 = 48;
@@ -74,16 +74,16 @@ pub struct MapsReport {
     pub bytes_per_host: u64,
 }
 
-/// The per-host and per-flow maps of a running instance, by id, with their entries counted (a
-/// walk over the keys: a second or more for a million flows).
-pub fn report(ids: &MapIds, possible_cpus: u64) -> Result<MapsReport, BpfError> {
+/// The per-host and per-flow maps of a running instance, with their entries counted (a walk
+/// over the keys: a second or more for a million flows).
+pub fn report(maps: &MapReader, possible_cpus: u64) -> Result<MapsReport, BpfError> {
     let maps = [
-        (map_names::HOSTS, ids.hosts, 0),
-        (map_names::HOST_RATES, ids.host_rates, possible_cpus),
-        (map_names::FLOWS, ids.flows, 0),
+        (map_names::HOSTS, 0),
+        (map_names::HOST_RATES, possible_cpus),
+        (map_names::FLOWS, 0),
     ]
     .into_iter()
-    .map(|(name, id, spares)| map_use(name, id, spares))
+    .map(|(name, spares)| map_use(name, maps.table(name)?, spares))
     .collect::<Result<_, _>>()?;
     Ok(MapsReport {
         maps,
@@ -92,17 +92,12 @@ pub fn report(ids: &MapIds, possible_cpus: u64) -> Result<MapsReport, BpfError> 
     })
 }
 
-fn map_use(name: &'static str, id: u32, spares: u64) -> Result<MapUse, BpfError> {
+fn map_use(name: &'static str, map: &Map, spares: u64) -> Result<MapUse, BpfError> {
     let err = |source| BpfError::Map { name, source };
-    let data = MapData::from_id(id).map_err(err)?;
+    let data = bpf::map_data(map).ok_or(BpfError::Missing(name))?;
     let info = data.info().map_err(err)?;
     let memlock_bytes = memlock(data.fd().as_fd().as_raw_fd());
-    let map = if spares == 0 {
-        Map::LruHashMap(data)
-    } else {
-        Map::HashMap(data)
-    };
-    let entries = count_keys(&map).map_err(err)?;
+    let entries = count_keys(map).map_err(err)?;
     let (key, value) = (info.key_size(), info.value_size());
     Ok(MapUse {
         name,

@@ -26,6 +26,11 @@ pub fn reloading() {
     send("RELOADING=1");
 }
 
+/// Every interface was left to the next shaper; the process waits to be stopped.
+pub fn replaced() {
+    send("STATUS=every interface was left to the next shaper; waiting to be stopped");
+}
+
 /// The interfaces are being restored before exit.
 pub fn stopping() {
     send("STOPPING=1\nSTATUS=restoring the interfaces");

@@ -12,7 +12,10 @@ use shaper_common::{
     stats::{DELAY_BUCKETS, DropReason, PassReason, delay_bucket_upper_ns, quantile_bucket},
 };
 
-use crate::{bpf::DatapathView, record::State};
+use crate::{
+    bpf::{BpfError, DatapathView, MapReader},
+    record::State,
+};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -195,8 +198,18 @@ impl Report {
         }
     }
 
+    /// The report of the direction `state` describes, read from its maps now: its counters,
+    /// and the control loop's timing from the levels it last wrote (when their map is known).
+    pub fn read(state: &State, maps: &MapReader) -> Result<Self, BpfError> {
+        let mut report = Self::new(state, &maps.view()?);
+        if let Some(levels) = maps.levels()? {
+            report.set_tick(&levels);
+        }
+        Ok(report)
+    }
+
     /// The control loop's timing, from the levels it last wrote.
-    pub fn set_tick(&mut self, levels: &Levels) {
+    fn set_tick(&mut self, levels: &Levels) {
         self.tick_us = Some(levels.tick_ns / 1_000);
         self.max_tick_us = Some(levels.max_tick_ns / 1_000);
     }

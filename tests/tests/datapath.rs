@@ -2,8 +2,8 @@
 //! shapes and what it passes untouched. Needs root. Every test loads its own copy of the
 //! program, so its maps start empty. Departure times are tested in `timing/datapath.rs`.
 
-use shaper_common::stats::PassReason;
 use shaper::config::StateParams;
+use shaper_common::stats::PassReason;
 use shaper_tests::{
     Harness, PASS, TEST_STATE, config,
     packet::{self, Frame},
@@ -288,7 +288,11 @@ fn the_control_plane_reads_and_writes_hosts_in_batches() {
     gone.push(extra);
     h.datapath.remove_hosts(&gone).unwrap();
     assert!(h.datapath.hosts().unwrap().is_empty());
-    assert_eq!(h.datapath.host_rates().unwrap().len(), MAX_HOSTS, "rates stay");
+    assert_eq!(
+        h.datapath.host_rates().unwrap().len(),
+        MAX_HOSTS,
+        "rates stay"
+    );
     h.datapath.remove_host_rates(&gone).unwrap();
     let rated = h.datapath.host_rates().unwrap();
     assert!(

@@ -5,6 +5,7 @@
 //! the figures for docs/notebook/reliability-memory.md. Needs root.
 
 use shaper::{
+    bpf::MapReader,
     config::{Options, Settings},
     mapmem,
 };
@@ -49,7 +50,9 @@ fn flows_in_memory(n: u64) {
         let _ = h.run(&frame, &ctx).verdict == PASS;
     }
     let cpus = aya::util::nr_cpus().map_or(1, |c| c as u64);
-    let report = mapmem::report(&h.datapath.map_ids().expect("map ids"), cpus).expect("maps");
+    // As `shaper stats --maps` opens them: by id.
+    let maps = MapReader::by_ids(&h.datapath.map_ids().expect("map ids")).expect("open by id");
+    let report = mapmem::report(&maps, cpus).expect("maps");
     let flows = report
         .maps
         .iter()

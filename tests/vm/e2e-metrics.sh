@@ -4,6 +4,14 @@
 # `shaper stats --json` read around the same scrape; /healthz and /readyz answer 200, other
 # paths 404; clients that send nothing hold neither the control loop nor a scrape back; an
 # address in use fails the start before the interface is touched; after exit nothing listens.
+# shaper runs with only the capabilities its DaemonSet and systemd unit grant (CAP_BPF,
+# CAP_NET_ADMIN, CAP_PERFMON: no CAP_SYS_ADMIN to open maps by id).
+#
+# Then, as in a DaemonSet's rolling update: a shaper started with `--when-replaced wait` is
+# replaced by a `shaper run --replace`; it stays alive, /readyz 503 (replaced), /healthz 200
+# beyond the time a stalled control loop fails it, and exits 0 on SIGTERM, leaving s0 shaped
+# by the new one. Those two run in src's network only (nsenter, not `ip netns exec`, which
+# hides bpffs, through which the data path is handed over).
 #
 # Usage: e2e-metrics.sh
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
@@ -17,13 +25,18 @@ command -v promtool >/dev/null || fail "promtool is not in the VM image"
 pair_up
 original=$(qdisc_state s0)
 
-# fetch PATH OUT [WGET-ARGS...]: requests PATH from the endpoint in src, the body into OUT;
-# prints the HTTP status (empty when nothing answered).
-fetch() {
-	fetch_path=$1 fetch_out=$2
-	shift 2
-	run "$SRC" timeout 10 wget -S -q -O "$fetch_out" "$@" "$URL$fetch_path" 2>/tmp/wget.err
+# fetch_from BASE PATH OUT [WGET-ARGS...]: requests PATH from the endpoint at BASE in src, the
+# body into OUT; prints the HTTP status (empty when nothing answered).
+fetch_from() {
+	fetch_base=$1 fetch_path=$2 fetch_out=$3
+	shift 3
+	run "$SRC" timeout 10 wget -S -q -O "$fetch_out" "$@" "$fetch_base$fetch_path" 2>/tmp/wget.err
 	grep -o 'HTTP/1\.[01] [0-9]*' /tmp/wget.err | head -1 | cut -d' ' -f2
+}
+
+# fetch PATH OUT [WGET-ARGS...]: the same from the endpoint at $URL.
+fetch() {
+	fetch_from "$URL" "$@"
 }
 
 # metric FILE NAME [LABEL...]: the value of the sample of NAME in FILE having every LABEL
@@ -58,7 +71,11 @@ grep -q "metrics endpoint 127.0.0.1:9102" /tmp/inuse.err || fail "address in use
 
 EGRESS='interface="s0",direction="egress"'
 INGRESS='interface="s0",direction="ingress"'
+SHAPER_AS=$ONLY_SHAPER_CAPS
 shaper_start --iface s0 --rate "${RATE_MBIT}mbit" --ingress-rate 100mbit --metrics "$PORT" --metrics-top-hosts 3
+SHAPER_AS=
+caps=$(awk '/^CapEff:/ { print $2 }' /proc/$SHAPER_PID/status)
+[ "$caps" = "$ONLY_SHAPER_CAPS_HEX" ] || fail "shaper runs with capabilities $caps, not $ONLY_SHAPER_CAPS_HEX"
 listening=$(run "$SRC" ss -H -ltnp | grep "pid=$SHAPER_PID,")
 echo "$listening" | grep -q "127.0.0.1:$PORT " || fail "shaper does not listen on 127.0.0.1:$PORT alone: [$listening]"
 [ "$(echo "$listening" | wc -l)" -eq 1 ] || fail "shaper listens on more than its metrics address: [$listening]"
@@ -162,6 +179,62 @@ shaper_stop
 [ -z "$(fetch /healthz /tmp/gone)" ] || fail "the endpoint still answers after exit"
 listening=$(run "$SRC" ss -H -ltn "sport = :$PORT")
 [ -z "$listening" ] || fail "something still listens on $PORT after exit: $listening"
+
+# Replaced, then waiting (--when-replaced wait): the old one on PORT, the new one on PORT2.
+PORT2=9103
+grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf || fail "mounting bpffs"
+# replacing_start LOG PORT ARGS...: `shaper run` with only shaper's capabilities in src's
+# network (this shell's mounts), its metrics on PORT; its pid in STARTED.
+replacing_start() {
+	start_log=$1 start_port=$2
+	shift 2
+	nsenter --net=/run/netns/"$SRC" $ONLY_SHAPER_CAPS shaper run --iface s0 --rate "${RATE_MBIT}mbit" \
+		--metrics "$start_port" --when-replaced wait "$@" >"$start_log" 2>&1 &
+	STARTED=$!
+}
+# ready_on PORT PID LOG: until PORT's /readyz answers 200; fails if PID ends first.
+ready_on() {
+	waited=0
+	until [ "$(fetch_from "http://127.0.0.1:$1" /readyz /tmp/ready_on)" = 200 ]; do
+		waited=$((waited + 1))
+		if [ $waited -gt 100 ] || ! kill -0 "$2" 2>/dev/null; then
+			cat "$3" >&2
+			fail "shaper (pid $2) did not become ready on port $1"
+		fi
+		sleep 0.1
+	done
+}
+replacing_start /tmp/old.log "$PORT" --keep --replace
+old=$STARTED
+ready_on "$PORT" "$old" /tmp/old.log
+replacing_start /tmp/new.log "$PORT2" --replace
+new=$STARTED
+ready_on "$PORT2" "$new" /tmp/new.log
+grep -q "waiting for SIGTERM or SIGINT" /tmp/old.log || { cat /tmp/old.log >&2; fail "the replaced shaper does not say it waits"; }
+# Beyond the 5 s after which a control loop that stopped ticking fails /healthz.
+sleep 6
+kill -0 "$old" 2>/dev/null || { cat /tmp/old.log >&2; fail "the replaced shaper with --when-replaced wait exited"; }
+[ "$(fetch /readyz /tmp/readyz_old)" = 503 ] || fail "the replaced shaper's /readyz: $(cat /tmp/wget.err /tmp/readyz_old)"
+# wget keeps no body of an error answer: the reason is read with nc.
+reason=$(printf 'GET /readyz HTTP/1.0\r\n\r\n' | run "$SRC" nc 127.0.0.1 "$PORT" | tail -1)
+case "$reason" in replaced:*) ;; *) fail "the replaced shaper's /readyz says [$reason]" ;; esac
+[ "$(fetch /healthz /tmp/healthz_old)" = 200 ] || fail "the replaced shaper's /healthz: $(cat /tmp/wget.err /tmp/healthz_old)"
+program=$(run "$SRC" shaper stats --iface s0 --json | tr -d ' \n')
+echo "$program" | grep -q "\"pid\":$new," || fail "s0 is not the new shaper's: $program"
+kill -TERM "$old"
+wait "$old" || { cat /tmp/old.log >&2; fail "the replaced shaper exited non-zero on SIGTERM"; }
+# Still the new one's: its program attached, its stats and readiness as before.
+sleep 0.5
+after=$(run "$SRC" shaper stats --iface s0 --json | tr -d ' \n') || fail "shaper stats after the old one exited"
+echo "$after" | grep -q "\"pid\":$new," || fail "s0 is not the new shaper's after the old one exited: $after"
+echo "$after" | grep -q '"egress_programs":\[[0-9]' || fail "no program at s0's egress after the old one exited: $after"
+[ "$(fetch_from "http://127.0.0.1:$PORT2" /readyz /tmp/readyz_new)" = 200 ] || fail "the new shaper is not ready after the old one exited"
+[ "$(qdisc_state s0)" != "$original" ] || fail "s0 was restored when the replaced shaper exited"
+kill -TERM "$new"
+wait "$new" || { cat /tmp/new.log >&2; fail "the new shaper exited with an error"; }
+[ "$(qdisc_state s0)" = "$original" ] || fail "qdisc not restored by the new shaper"
+log "replaced with --when-replaced wait: alive and 503 on /readyz, 200 on /healthz after 6 s; exited 0 on SIGTERM, s0 left to the new one"
+
 echo "RESULT kernel=$(uname -r) metrics_lines=$(wc -l </tmp/metrics.txt) scrape_gap_ms=$gap_ms idle_scrape_ms=$took"
 pair_down
 log "e2e-metrics: ok"

@@ -92,6 +92,14 @@ qdisc_state() {
 
 SHAPER_PID=
 
+# `$ONLY_SHAPER_CAPS CMD...` runs CMD with the capabilities shaper's DaemonSet and systemd unit
+# grant and no others: as root, an exec under this bounding set has exactly these.
+ONLY_SHAPER_CAPS="setpriv --bounding-set=-all,+bpf,+net_admin,+perfmon --"
+# CapEff of such a process, as /proc/PID/status shows it.
+ONLY_SHAPER_CAPS_HEX=000000c000001000
+# A command shaper_start runs `shaper run` under (e.g. $ONLY_SHAPER_CAPS); none by default.
+SHAPER_AS=
+
 # verifier_cost: the line a started shaper logged with each program's verifier cost.
 verifier_cost() {
 	grep -o 'data path verified: .*' /tmp/shaper.log || fail "shaper did not report its verifier cost"
@@ -119,7 +127,7 @@ shaper_start() {
 shaper_start_in() {
 	start_ns=$1 start_dev=$2
 	shift 2
-	ip netns exec "$start_ns" shaper run "$@" >/tmp/shaper.log 2>&1 &
+	ip netns exec "$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
 	SHAPER_PID=$!
 	# The ingress direction is set up after the egress.
 	start_ingress=

@@ -14,7 +14,8 @@ use anyhow::{Context, Result, bail};
 use crate::{cache_dir, run_quiet, run_status};
 
 /// Debian packages: the VM (qemu, busybox, cpio, module decompressors) and the tools the VM
-/// and the lab run (iproute2, iperf3, ping, dash, procps, ethtool, bpftool), systemd's
+/// and the lab run (iproute2, iperf3, ping, dash, procps, ethtool, bpftool, util-linux's
+/// nsenter and setpriv), systemd's
 /// systemd-analyze for the unit file's test, fonts for the lab's plots, skopeo to read the OCI
 /// image back as the engines do.
 const PACKAGES: &[&str] = &[
@@ -30,6 +31,7 @@ const PACKAGES: &[&str] = &[
     "systemd",
     "ethtool",
     "bpftool",
+    "util-linux",
     "file",
     "xz-utils",
     "zstd",

@@ -48,10 +48,11 @@ const OPTIONAL_MODULES: &[&str] = &[
 ];
 
 /// Real tools from the host (busybox's applets are not iproute2, iperf3, a full ping or procps'
-/// sysctl, which reads sysctl.d files as the host's boot does).
+/// sysctl, which reads sysctl.d files as the host's boot does; util-linux's setpriv runs shaper
+/// with the capabilities a pod or the systemd unit grants, which busybox's may not know).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
-    "sysctl", "nsenter", "unshare",
+    "sysctl", "nsenter", "unshare", "setpriv",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

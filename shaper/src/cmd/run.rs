@@ -16,12 +16,14 @@
 //! On exit every interface is restored, each as it was found; with `--keep`, or on SIGUSR2,
 //! every interface is left shaped instead, for the next `shaper run` to take over
 //! (`handover`). A `shaper run --replace` started meanwhile asks for each interface it shapes
-//! in turn: that one is left shaped and never taken back, and a process with none left ends.
+//! in turn: that one is left shaped and never taken back, and a process with none left ends,
+//! or with `--when-replaced wait` waits, holding nothing, to be stopped.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::poll_fn,
     path::PathBuf,
+    sync::Arc,
     task::Poll,
     time::Instant,
 };
@@ -31,10 +33,12 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
+    bpf::MapReader,
     config::{Options, Settings},
     control::{self, Controller},
     deploy::{Deployment, Handed},
-    handover, health, ingress,
+    handover::{self, AfterRequest, WhenReplaced},
+    health, ingress,
     interfaces::{Link, Plan},
     link::Interface,
     linkwatch::{self, Watcher},
@@ -70,6 +74,10 @@ pub struct RunArgs {
     /// Needs what --keep needs.
     #[arg(long)]
     pub replace: bool,
+    /// What this process does once a `shaper run --replace` has taken over every interface it
+    /// shaped.
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = WhenReplaced::Exit)]
+    pub when_replaced: WhenReplaced,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -110,6 +118,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         follow: plan.has_sections(),
         plan,
         replace: args.replace,
+        when_replaced: args.when_replaced,
         given: BTreeSet::new(),
         shaped: Vec::new(),
         failed: BTreeMap::new(),
@@ -145,7 +154,7 @@ enum Stop {
     Asked,
     /// SIGUSR2: leave every interface shaped for the next process.
     Leave,
-    /// Every interface was handed over on request (`Request::Leave`).
+    /// Every interface was handed over on request (`Request::Leave`): nothing is left to end.
     Replaced,
 }
 
@@ -173,6 +182,8 @@ impl Signals {
 /// and the socket its live changes arrive on.
 struct Shaped {
     deployment: Deployment,
+    /// Each direction's maps for the metrics endpoint, held from the start.
+    maps: Vec<(Direction, Arc<MapReader>)>,
     source: Source,
     control: ControlSocket,
     egress: Controller,
@@ -194,6 +205,8 @@ struct Supervisor {
     follow: bool,
     /// Ask a shaper running on an interface to leave it to this process (`--replace`).
     replace: bool,
+    /// What this process does once another has taken every interface (`--when-replaced`).
+    when_replaced: WhenReplaced,
     /// Interfaces left to another process at its request: not shaped again by this one.
     given: BTreeSet<String>,
     shaped: Vec<Shaped>,
@@ -241,13 +254,38 @@ impl Supervisor {
                 }
                 (at, pending) = next_request(&mut self.shaped) => {
                     let response = self.answer(Some(at), &pending.request);
-                    if self.shaped.is_empty() && !self.given.is_empty() {
-                        // The last answer reaches its client before the process ends.
-                        pending.answer_written(response).await;
+                    let next = handover::after_request(
+                        self.shaped.len(),
+                        self.given.len(),
+                        self.when_replaced,
+                    );
+                    if next == AfterRequest::Serve {
+                        pending.answer(response);
+                        continue;
+                    }
+                    // The last answer reaches its client before the process ends or waits.
+                    pending.answer_written(response).await;
+                    if next == AfterRequest::Exit {
                         info!("every interface was left to the next shaper; exiting");
                         return Ok(Stop::Replaced);
                     }
-                    pending.answer(response);
+                    // Holding nothing from here on: no interface followed, none reloaded.
+                    drop(watcher.take());
+                    self.monitor.replaced();
+                    notify::replaced();
+                    info!(
+                        "every interface was left to the next shaper; waiting for SIGTERM or SIGINT (--when-replaced wait)"
+                    );
+                    loop {
+                        tokio::select! {
+                            _ = sigterm.recv() => return Ok(Stop::Replaced),
+                            _ = sigint.recv() => return Ok(Stop::Replaced),
+                            _ = sigusr2.recv() => return Ok(Stop::Replaced),
+                            _ = sighup.recv() => {
+                                info!("nothing to reload: every interface was left to the next shaper");
+                            }
+                        }
+                    }
                 }
                 due = tick.tick() => {
                     self.monitor.tick_started(due.elapsed());
@@ -732,9 +770,14 @@ fn shape_one(
         controller.resume(d.datapath())?;
         Ok(controller)
     };
+    let mut maps = vec![(Direction::Egress, Arc::new(deployment.datapath().reader()?))];
+    if let Some(ingress) = deployment.nested_mut() {
+        maps.push((Direction::Ingress, Arc::new(ingress.datapath().reader()?)));
+    }
     Ok(Shaped {
         egress: controller(&deployment)?,
         ingress: deployment.nested_mut().map(|i| controller(i)).transpose()?,
+        maps,
         deployment,
         source,
         control,
@@ -832,6 +875,9 @@ fn control_tick(
 /// maps and settings) and whether its last health check passed.
 fn publish(monitor: &Monitor, shaped: &mut Shaped, passed: bool) {
     let interface = shaped.name().to_string();
+    for (direction, maps) in &shaped.maps {
+        monitor.holds(&interface, *direction, maps.clone());
+    }
     let mut states = vec![(Direction::Egress, shaped.deployment.state().clone())];
     if let Some(ingress) = shaped.deployment.nested_mut() {
         states.push((Direction::Ingress, ingress.state().clone()));

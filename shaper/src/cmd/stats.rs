@@ -3,7 +3,8 @@
 use std::{io::IsTerminal, time::Duration};
 
 use crate::{
-    bpf, cost,
+    bpf::{self, MapReader},
+    cost,
     filter::Hook,
     health,
     link::Interface,
@@ -147,31 +148,25 @@ fn report(args: &StatsArgs) -> anyhow::Result<String> {
         let report = cost::measure(state.maps.stats, std::time::Duration::from_nanos(ns))?;
         return render(&report, args.json, cost::CostReport::to_text);
     }
+    let maps = MapReader::by_ids(&state.maps)?;
     let now = bpf::monotonic_now_ns();
     if args.hosts {
-        let rates = bpf::host_rates_by_id(state.maps.host_rates)?;
-        let rows = stats::host_rows(bpf::hosts_by_id(state.maps.hosts)?, &rates, now, args.top);
+        let rows = stats::host_rows(maps.hosts()?, &maps.host_rates()?, now, args.top);
         return render(rows.as_slice(), args.json, stats::host_table);
     }
     if args.flows {
-        let flows = bpf::flows_by_id(state.maps.flows, FLOW_SCAN_LIMIT)?;
-        let rows = stats::flow_rows(flows, now, args.top);
+        let rows = stats::flow_rows(maps.flows(FLOW_SCAN_LIMIT)?, now, args.top);
         return render(rows.as_slice(), args.json, stats::flow_table);
     }
     if args.maps {
         let cpus = aya::util::nr_cpus().map_or(1, |n| n as u64);
-        let report = mapmem::report(&state.maps, cpus)?;
+        let report = mapmem::report(&maps, cpus)?;
         return render(&report, args.json, mapmem::MapsReport::to_text);
     }
-    let view = bpf::view_by_ids(&state.maps)?;
-    let mut report = Report::new(&state, &view);
+    let mut report = Report::read(&state, &maps)?;
     if let Ok(iface) = Interface::lookup(&state.iface) {
         report.egress_programs =
             health::attached(&mut Socket::open()?, &iface, state.attach, Hook::Egress)?;
-    }
-    // State files written before the levels' id was recorded have none.
-    if state.maps.levels != 0 {
-        report.set_tick(&bpf::levels_by_id(state.maps.levels)?);
     }
     render(&report, args.json, Report::to_text)
 }

@@ -154,8 +154,10 @@ fn answer(method: Method, path: &str, monitor: &Monitor, top_hosts: usize) -> Re
             Ok(()) => Response::text(200, "ok\n"),
             Err(e) => Response::text(503, &format!("{e}\n")),
         },
-        "/readyz" if monitor.ready() => Response::text(200, "ready\n"),
-        "/readyz" => Response::text(503, "not shaping every configured direction\n"),
+        "/readyz" => match monitor.ready() {
+            Ok(()) => Response::text(200, "ready\n"),
+            Err(why) => Response::text(503, &format!("{why}\n")),
+        },
         _ => Response::text(404, "not found: try /metrics, /healthz or /readyz\n"),
     }
 }

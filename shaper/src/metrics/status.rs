@@ -1,8 +1,10 @@
 //! What `shaper run` publishes for its metrics endpoint, and the scrape built from it.
 //!
 //! The run loop writes here after each tick and each health check, holding the lock only to
-//! copy a few numbers in; the server thread copies them out and reads the data path's maps by
-//! their ids (as `shaper stats` does) without the lock, so a scrape never holds a tick back.
+//! copy a few numbers in; the server thread copies them out and reads the data path's maps
+//! without the lock, so a scrape never holds a tick back. It reads them through descriptors of
+//! this process's own (`Datapath::reader`), never by id: opening a map by id takes
+//! CAP_SYS_ADMIN, which shaper runs without.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -12,7 +14,7 @@ use std::{
 
 use super::{Direction, histogram::Histogram};
 use crate::{
-    bpf::{self, BpfError},
+    bpf::{self, BpfError, MapReader},
     control::TickSummary,
     record::State,
     stats::{self, HostRow, Report},
@@ -53,7 +55,7 @@ impl Default for ControlSample {
     }
 }
 
-/// A shaped direction as published: where its maps are, and its control loop.
+/// A shaped direction as published: its state file's content, its control loop.
 #[derive(Debug, Clone)]
 struct Published {
     interface: String,
@@ -62,28 +64,60 @@ struct Published {
     control: ControlSample,
 }
 
+/// The maps of a shaped direction, as this process holds them.
+#[derive(Debug, Clone)]
+struct Held {
+    interface: String,
+    direction: Direction,
+    maps: Arc<MapReader>,
+}
+
 #[derive(Debug)]
 struct Shared {
     directions: Vec<Published>,
+    /// What scrapes and health checks read each published direction through (`holds`).
+    held: Vec<Held>,
     /// The interfaces to shape that are present now (`configured`), and whether each one's
     /// last health check passed: ready when every one of them did.
     wanted: BTreeSet<String>,
     passed: BTreeMap<String, bool>,
     /// Shaping ends: never ready again.
     stopping: bool,
+    /// Every interface was left to the next shaper and the process waits to be stopped
+    /// (`--when-replaced wait`): never ready again, and alive without ticking.
+    replaced: bool,
     /// How late ticks started (s).
     lateness: Histogram,
     last_tick: Option<Instant>,
 }
 
 impl Shared {
-    fn is_ready(&self) -> bool {
-        !self.stopping
-            && !self.wanted.is_empty()
-            && self
+    /// Why `/readyz` fails now; `None` when ready.
+    fn unready(&self) -> Option<&'static str> {
+        if self.replaced {
+            Some(
+                "replaced: every interface was left to the next shaper; this process holds none and waits to be stopped",
+            )
+        } else if self.stopping {
+            Some("stopping")
+        } else if self.wanted.is_empty()
+            || !self
                 .wanted
                 .iter()
                 .all(|i| self.passed.get(i).copied().unwrap_or(false))
+        {
+            Some("not shaping every configured direction")
+        } else {
+            None
+        }
+    }
+
+    /// The maps held for `interface`'s `direction`.
+    fn maps(&self, interface: &str, direction: Direction) -> Option<Arc<MapReader>> {
+        self.held
+            .iter()
+            .find(|h| h.interface == interface && h.direction == direction)
+            .map(|h| h.maps.clone())
     }
 }
 
@@ -98,9 +132,11 @@ impl Default for Monitor {
         Self {
             shared: Arc::new(Mutex::new(Shared {
                 directions: Vec::new(),
+                held: Vec::new(),
                 wanted: BTreeSet::new(),
                 passed: BTreeMap::new(),
                 stopping: false,
+                replaced: false,
                 lateness: Histogram::new(TICK_BUCKETS_S),
                 last_tick: None,
             })),
@@ -140,6 +176,19 @@ impl Monitor {
         self.lock().wanted = interfaces.into_iter().collect();
     }
 
+    /// `interface`'s `direction` is read through `maps` from now on, until it is forgotten.
+    pub fn holds(&self, interface: &str, direction: Direction, maps: Arc<MapReader>) {
+        let mut shared = self.lock();
+        shared
+            .held
+            .retain(|h| !(h.interface == interface && h.direction == direction));
+        shared.held.push(Held {
+            interface: interface.to_string(),
+            direction,
+            maps,
+        });
+    }
+
     /// `interface`'s directions shaped with their state files' content (maps, settings), and
     /// whether the health check that just ran on it passed. Directions keep their control
     /// loop's numbers.
@@ -165,16 +214,22 @@ impl Monitor {
         shared.passed.insert(interface.to_string(), passed);
     }
 
-    /// `interface` is no longer shaped (let go, or restored).
+    /// `interface` is no longer shaped (let go, or restored): its maps are let go too.
     pub fn forget(&self, interface: &str) {
         let mut shared = self.lock();
         shared.directions.retain(|p| p.interface != interface);
+        shared.held.retain(|h| h.interface != interface);
         shared.passed.remove(interface);
     }
 
     /// Shaping ends: not ready any more (the interfaces are being restored).
     pub fn stopping(&self) {
         self.lock().stopping = true;
+    }
+
+    /// Every interface was left to the next shaper, and the process waits to be stopped.
+    pub fn replaced(&self) {
+        self.lock().replaced = true;
     }
 
     /// A tick of the control loop started `lateness` after it was due.
@@ -213,22 +268,35 @@ impl Monitor {
         }
     }
 
-    /// Every interface to shape is shaped and its last health check passed.
-    pub fn ready(&self) -> bool {
-        self.lock().is_ready()
+    /// `Ok` when every interface to shape is shaped and its last health check passed; why not
+    /// otherwise.
+    pub fn ready(&self) -> Result<(), &'static str> {
+        self.lock().unready().map_or(Ok(()), Err)
     }
 
     /// `Ok` while the process does its job: every shaped direction's maps are readable and the
-    /// control loop ticks. Before shaping has started there is nothing to read yet: alive.
+    /// control loop ticks. Before shaping has started there is nothing to read yet: alive. A
+    /// process that was replaced and waits to be stopped has nothing to read or tick: alive.
     pub fn health(&self) -> Result<(), String> {
-        let (states, last_tick) = {
+        let (directions, last_tick) = {
             let shared = self.lock();
-            let states: Vec<State> = shared.directions.iter().map(|p| p.state.clone()).collect();
-            (states, shared.last_tick)
+            // As in a scrape, a direction is read once its maps are held.
+            let directions: Vec<_> = shared
+                .directions
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.state.iface.clone(),
+                        shared.maps(&p.interface, p.direction)?,
+                    ))
+                })
+                .collect();
+            let last_tick = shared.last_tick.filter(|_| !shared.replaced);
+            (directions, last_tick)
         };
-        for state in &states {
-            bpf::view_by_ids(&state.maps)
-                .map_err(|e| format!("the maps of {} are unreadable: {e}", state.iface))?;
+        for (iface, maps) in &directions {
+            maps.view()
+                .map_err(|e| format!("the maps of {iface} are unreadable: {e}"))?;
         }
         match last_tick {
             Some(t) if t.elapsed() > STALLED_AFTER => Err(format!(
@@ -243,15 +311,22 @@ impl Monitor {
     pub fn scrape(&self, top_hosts: usize) -> Result<Scrape, BpfError> {
         let (published, lateness, ready) = {
             let shared = self.lock();
+            let published: Vec<_> = shared
+                .directions
+                .iter()
+                .map(|p| (p.clone(), shared.maps(&p.interface, p.direction)))
+                .collect();
             (
-                shared.directions.clone(),
+                published,
                 shared.lateness.clone(),
-                shared.is_ready(),
+                shared.unready().is_none(),
             )
         };
+        // A direction is read once its maps are held: the run loop hands them over when it
+        // shapes the interface, before it first publishes it.
         let directions = published
             .into_iter()
-            .map(|p| sample(p, top_hosts))
+            .filter_map(|(p, maps)| Some(sample(p, &*maps?, top_hosts)))
             .collect::<Result<_, _>>()?;
         Ok(Scrape {
             directions,
@@ -262,17 +337,13 @@ impl Monitor {
 }
 
 /// A direction's report read from its maps, as `shaper stats` reads it.
-fn sample(p: Published, top_hosts: usize) -> Result<DirectionSample, BpfError> {
-    let maps = &p.state.maps;
-    let view = bpf::view_by_ids(maps)?;
-    let mut report = Report::new(&p.state, &view);
-    report.set_tick(&bpf::levels_by_id(maps.levels)?);
+fn sample(p: Published, maps: &MapReader, top_hosts: usize) -> Result<DirectionSample, BpfError> {
+    let report = Report::read(&p.state, maps)?;
     let top_hosts = if top_hosts == 0 {
         Vec::new()
     } else {
-        let rates = bpf::host_rates_by_id(maps.host_rates)?;
         let now = bpf::monotonic_now_ns();
-        stats::host_rows(bpf::hosts_by_id(maps.hosts)?, &rates, now, top_hosts)
+        stats::host_rows(maps.hosts()?, &maps.host_rates()?, now, top_hosts)
     };
     Ok(DirectionSample {
         interface: p.interface,
@@ -295,12 +366,12 @@ mod tests {
     #[test]
     fn ready_when_every_configured_interface_is_shaped_and_passed() {
         let m = Monitor::default();
-        assert!(!m.ready(), "nothing configured yet");
+        assert!(m.ready().is_err(), "nothing configured yet");
         m.configured(["s0".to_string(), "s1".to_string()]);
         m.checked("s0", vec![(Direction::Egress, state("s0"))], true);
-        assert!(!m.ready(), "s1 is not shaped");
+        assert!(m.ready().is_err(), "s1 is not shaped");
         m.checked("s1", vec![(Direction::Egress, state("s1"))], true);
-        assert!(m.ready());
+        assert_eq!(m.ready(), Ok(()));
         // Each interface's directions are its own: a tick of s1's is not s0's.
         m.ticked("s1", Direction::Egress, None, Duration::ZERO);
         let failed = |i: &str| {
@@ -314,13 +385,32 @@ mod tests {
         };
         assert_eq!((failed("s0"), failed("s1")), (0, 1));
         m.checked("s1", vec![(Direction::Egress, state("s1"))], false);
-        assert!(!m.ready(), "s1 failed its check");
+        assert!(m.ready().is_err(), "s1 failed its check");
         // s1 let go (gone, and no longer configured): ready on s0 alone.
         m.forget("s1");
         m.configured(["s0".to_string()]);
-        assert!(m.ready());
+        assert_eq!(m.ready(), Ok(()));
         assert_eq!(m.lock().directions.len(), 1);
         m.stopping();
-        assert!(!m.ready());
+        assert_eq!(m.ready(), Err("stopping"));
+    }
+
+    #[test]
+    fn a_replaced_process_is_alive_and_not_ready_without_ticking() {
+        let m = Monitor::default();
+        m.configured(["s0".to_string()]);
+        m.checked("s0", vec![(Direction::Egress, state("s0"))], true);
+        m.forget("s0");
+        m.configured([]);
+        // Its last tick long past: a control loop that stopped ticking is dead...
+        m.lock().last_tick = Some(Instant::now() - 2 * STALLED_AFTER);
+        assert!(m.health().is_err());
+        // ...but one with nothing left to shape, waiting to be stopped, is not.
+        m.replaced();
+        assert_eq!(m.health(), Ok(()));
+        let why = m.ready().unwrap_err();
+        assert!(why.starts_with("replaced: "), "{why}");
+        // Nothing is read: no direction is left.
+        assert!(m.scrape(0).unwrap().directions.is_empty());
     }
 }

@@ -596,8 +596,7 @@ fn a_newcomer_and_a_host_below_its_allocation_go_ahead_of_earlier_bookings() {
 
 /// The control plane's flags for the host `dst`, as its last tick wrote them.
 fn host_flags_of(h: &Harness, dst: [u8; 4]) -> u64 {
-    let ids = h.datapath.map_ids().expect("map ids");
-    let rates = shaper::bpf::host_rates_by_id(ids.host_rates).expect("host rates");
+    let rates = h.datapath.host_rates().expect("host rates");
     let key = host_key(dst);
     rates
         .iter()
@@ -648,8 +647,9 @@ fn a_silent_host_is_removed_from_the_hosts_map() {
         control.tick(&mut h.datapath).expect("tick");
     };
     let hosts = |h: &Harness| {
-        let ids = h.datapath.map_ids().expect("map ids");
-        let keys: Vec<FlowKey> = shaper::bpf::hosts_by_id(ids.hosts)
+        let keys: Vec<FlowKey> = h
+            .datapath
+            .hosts()
             .expect("hosts")
             .into_iter()
             .map(|(k, _)| k)
