@@ -95,6 +95,8 @@ old_left() {
 }
 
 pair_up
+# The pings are judged on their order: a veth may reorder them below any qdisc (see there).
+one_receive_cpu
 run "$SRC" ethtool -K s0 tso off gso off >/dev/null || fail "turning GSO off on s0"
 before=$(qdisc_state s0)
 start_shaper /tmp/takeover-0.log --keep

@@ -60,6 +60,19 @@ pair_up() {
 	sleep 0.3
 }
 
+# one_receive_cpu: every packet that crosses the veth, either way, is received on CPU 0 (RPS
+# on s0 and d0). A veth hands a packet to the receive backlog of the CPU that transmits it; a
+# qdisc that holds packets (fq releasing them at their departure times) transmits a flow's
+# packets from whichever CPU runs it then, and when one CPU's backlog waits (its vCPU preempted)
+# the next packet, handed over on the other, overtakes it: pings that left s0 in order arrive
+# out of order, with no shaper at all (docs/notebook/takeover.md). For the scripts that judge
+# the order of pings.
+one_receive_cpu() {
+	run "$SRC" sh -c 'echo 1 >/sys/class/net/s0/queues/rx-0/rps_cpus' &&
+		run "$DST" sh -c 'echo 1 >/sys/class/net/d0/queues/rx-0/rps_cpus' ||
+		fail "steering s0's and d0's receive to CPU 0"
+}
+
 pair_down() {
 	for ns in "$SRC" "$DST"; do
 		pids=$(ip netns pids "$ns" 2>/dev/null) && [ -n "$pids" ] && kill $pids 2>/dev/null
