@@ -120,13 +120,29 @@ fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |source| BpfError::Map { name, source }
 }
 
-/// A batched operation's failure on the map `name`, as aya reports a system call's.
-fn batch_err(name: &'static str, io_error: std::io::Error) -> BpfError {
-    BpfError::Map {
-        name,
-        source: aya::maps::MapError::SyscallError(aya::sys::SyscallError {
-            call: "bpf_map_batch",
-            io_error,
+/// A hash map's data (plain or LRU), for the batched operations.
+fn hash_data(map: &Map) -> Option<&MapData> {
+    match map {
+        Map::HashMap(data) | Map::LruHashMap(data) => Some(data),
+        _ => None,
+    }
+}
+
+/// A batched operation's outcome on the map `name`: its value, `None` where the kernel has no
+/// batches (the caller then goes entry by entry), or its failure as aya reports a system call's.
+fn batched_or_fallback<T>(
+    name: &'static str,
+    batched: std::io::Result<T>,
+) -> Result<Option<T>, BpfError> {
+    match batched {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if batch::unsupported(&e) => Ok(None),
+        Err(io_error) => Err(BpfError::Map {
+            name,
+            source: aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_map_batch",
+                io_error,
+            }),
         }),
     }
 }
@@ -257,10 +273,7 @@ impl Datapath {
 
     /// A hash map's data, for the batched operations (`crate::batch`).
     fn hash_map_data(&self, name: &'static str) -> Result<&MapData, BpfError> {
-        match self.map(name)? {
-            Map::HashMap(data) | Map::LruHashMap(data) => Ok(data),
-            _ => Err(BpfError::Missing(name)),
-        }
+        hash_data(self.map(name)?).ok_or(BpfError::Missing(name))
     }
 
     /// Every host's state (the control loop reads hosts, never flows).
@@ -276,10 +289,9 @@ impl Datapath {
     pub fn set_host_rates(&mut self, rates: &[(FlowKey, HostRate)]) -> Result<usize, BpfError> {
         let name = map_names::HOST_RATES;
         let fd = self.hash_map_data(name)?.fd().as_fd();
-        match batch::update(fd, rates, |e| e.raw_os_error() == Some(libc::E2BIG)) {
-            Ok(left_out) => return Ok(left_out),
-            Err(e) if batch::unsupported(&e) => {}
-            Err(e) => return Err(batch_err(name, e)),
+        let batched = batch::update(fd, rates, |e| e.raw_os_error() == Some(libc::E2BIG));
+        if let Some(left_out) = batched_or_fallback(name, batched)? {
+            return Ok(left_out);
         }
         let mut left_out = 0;
         for (key, rate) in rates {
@@ -313,10 +325,9 @@ impl Datapath {
         if keys.is_empty() {
             return Ok(());
         }
-        match batch::delete(self.hash_map_data(name)?.fd().as_fd(), keys) {
-            Ok(()) => return Ok(()),
-            Err(e) if batch::unsupported(&e) => {}
-            Err(e) => return Err(batch_err(name, e)),
+        let batched = batch::delete(self.hash_map_data(name)?.fd().as_fd(), keys);
+        if batched_or_fallback(name, batched)?.is_some() {
+            return Ok(());
         }
         let mut map =
             HashMap::<_, FlowKey, V>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
@@ -786,12 +797,12 @@ fn entries<V: aya::Pod>(
 ) -> Result<Vec<(FlowKey, V)>, BpfError> {
     // All of a hash map in batches, where the kernel has them: a few system calls, not two
     // for each entry.
-    if let (Map::HashMap(data) | Map::LruHashMap(data), usize::MAX) = (map, limit) {
+    if let (Some(data), usize::MAX) = (hash_data(map), limit) {
         let max_entries = data.info().map_err(map_err(name))?.max_entries();
-        match batch::lookup_all(data.fd().as_fd(), max_entries) {
-            Ok(all) => return Ok(all),
-            Err(e) if batch::unsupported(&e) => {}
-            Err(e) => return Err(batch_err(name, e)),
+        if let Some(all) =
+            batched_or_fallback(name, batch::lookup_all(data.fd().as_fd(), max_entries))?
+        {
+            return Ok(all);
         }
     }
     let map = HashMap::<_, FlowKey, V>::try_from(map).map_err(map_err(name))?;
