@@ -2,7 +2,7 @@
 //! `_DELETE_BATCH`, Linux 5.6): a system call for many entries, where a walk takes two for each
 //! and an update or a delete one. The control loop reads every host each tick and writes the
 //! levels of every active one; under a flood of spoofed hosts the map is full and churns, and
-//! per-entry calls made the tick longer than its interval.
+//! the tick's system calls grow with it.
 //!
 //! aya 0.14 has no batch operations; these take the map's descriptor and keep aya's types.
 
