@@ -55,12 +55,15 @@ pub const fn take(used: u64, room: u64, remaining: u64) -> Option<u64> {
 
 /// A bin's capacity: a little more than its width, for the phases of flows their levels pace
 /// (levels that add up to the rate fill the bins only on average; without slack every bin a
-/// flow's phase overfills pushes packets while those it underfills go to waste). None for a
-/// sparse packet the calendar no longer lends to (`refused`): nothing paces those, and a load
-/// of nothing else would fill every bin to the slack, over the rate.
+/// flow's phase overfills pushes packets while those it underfills go to waste). None
+/// (`no_slack` 1) for a sparse packet the calendar no longer lends to (nothing paces those, and
+/// a load of nothing else would fill every bin to the slack, over the rate), and while the
+/// device is not behind the rate (`overrun::behind`): the slack catches up wire time the link
+/// did not carry, and with the link at the rate it would only carry what is lent on top of the
+/// bins (a flood of sparse packets) past the rate.
 #[inline(always)]
-pub fn capacity(bin_ns: u64, refused: u64) -> u64 {
-    bin_ns + (bin_ns >> SLACK_SHIFT) - (bin_ns >> SLACK_SHIFT) * refused
+pub fn capacity(bin_ns: u64, no_slack: u64) -> u64 {
+    bin_ns + (bin_ns >> SLACK_SHIFT) - (bin_ns >> SLACK_SHIFT) * no_slack
 }
 
 /// 1 when the calendar lends to a priority packet: always to a prioritised tin's (its tin's
@@ -127,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn the_slack_is_for_paced_traffic_only() {
+    fn the_slack_is_for_paced_traffic_behind_the_rate_only() {
         assert_eq!(capacity(BIN, 0), BIN + BIN / 16);
         assert_eq!(capacity(BIN, 1), BIN);
     }

@@ -47,6 +47,15 @@ pub const fn burst_ns(bin_ns: u64) -> u64 {
     BURST_BINS * bin_ns
 }
 
+/// Whether the device is behind the rate, by the meter at `meter_ns`: it lags `now` by a bin
+/// (`bin_ns`) or more. Departures at the rate swing the meter about `now` by up to a bin (a
+/// bin's bookings leave together); a lag beyond that is wire time the link did not carry,
+/// which the calendar may catch up with its bins' slack. A meter that never moved (no observer
+/// attached) reads as behind.
+pub const fn behind(meter_ns: u64, now_ns: u64, bin_ns: u64) -> bool {
+    meter_ns.saturating_add(bin_ns) <= now_ns
+}
+
 /// One departure through the meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Metered {
@@ -97,6 +106,17 @@ mod tests {
             total += step.charge_ns;
         }
         total
+    }
+
+    #[test]
+    fn the_device_is_behind_the_rate_only_once_the_meter_lags_a_bin() {
+        let bin = MS;
+        let now = 10_000 * MS;
+        assert!(behind(0, now, bin), "a meter that never moved");
+        assert!(behind(now - bin, now, bin));
+        assert!(!behind(now - bin + 1, now, bin), "within a bin's swing");
+        assert!(!behind(now + 5 * bin, now, bin), "ahead of the rate");
+        assert!(!behind(u64::MAX, now, bin));
     }
 
     #[test]

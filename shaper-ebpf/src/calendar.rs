@@ -28,7 +28,7 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
     abi::LENT,
-    branchless, calendar as bins,
+    branchless, calendar as bins, overrun,
     sizing::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
 };
 
@@ -56,6 +56,12 @@ const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// burst of a prioritised tin must not stop the lending to sparse flows. The tin's bandwidth
 /// threshold bounds this debt; nothing needs its size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
+
+/// The departure meter (`overrun::meter`), which the dequeue observer moves, shared by every
+/// CPU that dequeues the device: whether the device is behind the rate decides the bins'
+/// slack (`bins::capacity`).
+#[map(name = "SHAPER_DEPARTURES")]
+pub static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
 
 /// `book`'s flags.
 pub const PRIORITY: u64 = 1;
@@ -147,7 +153,7 @@ fn scan(
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
     }
-    let terms = terms(tx_ns, bin_ns, priority, tin_first);
+    let terms = terms(now_ns, tx_ns, bin_ns, priority, tin_first);
     out.refused = priority && terms.lent_to == 0;
     let priority = terms.lent_to != 0;
     let frontier = CALENDAR.get_ptr_mut(FRONTIER_SLOT);
@@ -220,7 +226,7 @@ struct Terms {
 /// not lend to (it would push nobody when it cannot be placed either, and the debt would only
 /// move over the last bin's capacity).
 #[inline(always)]
-fn terms(tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
+fn terms(now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
     let lend_limit = CALENDAR_MAX_SPAN_BINS as u64 * bin_ns;
     // The two lent debts share one packet's worth of repayment, the sparse packets' first (it
     // decides the lending).
@@ -228,8 +234,13 @@ fn terms(tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
     let (_, repay_tin) = repay(TIN_DEBT_SLOT, tx_ns - repay_lent, !priority);
     let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
     let lent_to = bins::lends(priority, tin_first, lent, lend_limit);
+    // SAFETY: map value, valid for the run; a stale read moves the slack by one packet.
+    let meter = DEPARTURES
+        .get_ptr(0)
+        .map_or(0, |m| unsafe { core::ptr::read_volatile(m) });
+    let behind = overrun::behind(meter, now_ns, bin_ns) as u64;
     Terms {
-        capacity: bins::capacity(bin_ns, priority as u64 & (lent_to ^ 1)),
+        capacity: bins::capacity(bin_ns, (priority as u64 & (lent_to ^ 1)) | (behind ^ 1)),
         lent_to,
         books_ns: tx_ns + repay_lent + repay_tin + repay_overflow,
     }

@@ -15,10 +15,6 @@ use crate::{CONFIG, STATS, calendar, clock};
 #[map(name = "SHAPER_DEQUEUE_WATCH")]
 static WATCH: Array<overrun::DequeueWatch> = Array::with_max_entries(1, 0);
 
-/// The departure meter (`overrun::meter`): shared by every CPU that dequeues the device.
-#[map(name = "SHAPER_DEPARTURES")]
-static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
-
 /// `qdisc_dequeue(struct Qdisc *, const struct netdev_queue *, int packets, struct sk_buff *)`:
 /// the packet is the fourth argument (null when the qdisc had none to give).
 const SKB_ARG: usize = 3;
@@ -53,7 +49,7 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let config = CONFIG.get(0)?;
     let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let meter = DEPARTURES.get_ptr_mut(0)?;
+    let meter = calendar::DEPARTURES.get_ptr_mut(0)?;
     let burst = overrun::burst_ns(config.calendar_bin_ns);
     // SAFETY: a map value, valid for the program's run.
     let owed = unsafe { clock::meter(meter, bpf_ktime_get_ns(), tx, burst) };

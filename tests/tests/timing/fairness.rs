@@ -2,6 +2,7 @@
 //! level, host and global guards, newcomer levels, activity counters, the new-flow quota.
 //! The control plane is played by the test, which writes the levels by hand.
 
+use aya::maps::{Array, Map, MapData};
 use shaper::{bpf::monotonic_now_ns, control::Controller};
 use shaper_common::{
     abi::{FlowKey, HostRate, Levels, ShaperConfig, host_flags},
@@ -296,6 +297,78 @@ fn packets_that_find_their_span_full_queue_behind_what_follows_it() {
         densest <= allowed,
         "{densest} frames left within {} ms; the rate allows {allowed}",
         window / 1_000_000
+    );
+}
+
+/// Sets the departure meter (`overrun::meter`), which the dequeue observer moves on a real
+/// device: `at` is the time by which the device's departures would have left at the rate.
+fn set_departures(h: &Harness, at: u64) {
+    let id = h.datapath.map_id("SHAPER_DEPARTURES").unwrap();
+    let map = Map::from_map_data(MapData::from_id(id).unwrap()).unwrap();
+    let mut meter: Array<MapData, u64> = Array::try_from(map).unwrap();
+    meter.set(0, at, 0).unwrap();
+}
+
+/// Host A bottlenecked at the whole rate books 200 frames while 200 new hosts each send one
+/// small packet between them (a SYN flood): each is sparse and leaves at once, borrowing its
+/// wire time from the bins ahead. The time after the start at which A's last frame leaves, and
+/// the wire time of the frames and the flood.
+fn bulk_beside_a_flood(h: &mut Harness) -> (u64, u64) {
+    let full_rate = ns_per_byte_fp(RATE);
+    set_rate(h, CLIENT_A, full_rate, full_rate, 0);
+    set_newcomer_level(h, 3, full_rate, false);
+    const SMALL: usize = 66;
+    let wire = 200 * (tx_time_ns(FRAME as u64, full_rate) + tx_time_ns(SMALL as u64, full_rate));
+    let start = monotonic_now_ns();
+    let mut last = 0;
+    for n in 0..200u32 {
+        last = send(h, CLIENT_A, 1);
+        let flooder = [10, 1, (n >> 8) as u8, n as u8];
+        let out = h.run(
+            &packet::tcp4_flow(SERVER, flooder, 40_000, 5201, SMALL),
+            &SkbContext::default(),
+        );
+        assert_eq!(out.verdict, PASS);
+    }
+    (last - start, wire)
+}
+
+#[test]
+fn a_flood_lent_on_top_of_a_link_at_the_rate_pushes_the_bulk_back() {
+    // The device is at the rate (its meter at now and ahead of it as A's frames are booked):
+    // the bins hold their width and no more, so the flood's borrowed wire time pushes A's
+    // frames back, and the link carries the rate. With the bins' slack it would ride on top of
+    // A's schedule for as long as the flood lasts.
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
+    set_departures(&h, u64::MAX / 2);
+    let (last, wire) = bulk_beside_a_flood(&mut h);
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    assert!(
+        last + full + span + bin >= wire,
+        "A's last frame left {} ms after the start; with the flood's wire time the rate allows \
+         it {} ms",
+        last / 1_000_000,
+        (wire - full) / 1_000_000
+    );
+}
+
+#[test]
+fn behind_the_rate_the_bins_slack_catches_up() {
+    // The same schedule with the device behind the rate (the meter never moved, as with no
+    // observer): the bins take their slack, and A's frames with the flood run up to 1/16
+    // faster than the rate, catching up wire time the link did not carry.
+    let mut h = Harness::new(short_bins_config());
+    let bin = h.datapath.config().calendar_bin_ns;
+    let (last, wire) = bulk_beside_a_flood(&mut h);
+    let full = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    let span = CALENDAR_MAX_SPAN_BINS as u64 * bin;
+    assert!(
+        last + full + span + bin < wire,
+        "A's last frame left {} ms after the start: the slack caught up nothing of {} ms",
+        last / 1_000_000,
+        wire / 1_000_000
     );
 }
 
