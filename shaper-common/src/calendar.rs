@@ -57,10 +57,10 @@ pub const fn take(used: u64, room: u64, remaining: u64) -> Option<u64> {
 /// (levels that add up to the rate fill the bins only on average; without slack every bin a
 /// flow's phase overfills pushes packets while those it underfills go to waste). None
 /// (`no_slack` 1) for a sparse packet the calendar no longer lends to (nothing paces those, and
-/// a load of nothing else would fill every bin to the slack, over the rate), and while the
-/// device is not behind the rate (`overrun::behind`): the slack catches up wire time the link
-/// did not carry, and with the link at the rate it would only carry what is lent on top of the
-/// bins (a flood of sparse packets) past the rate.
+/// a load of nothing else would fill every bin to the slack, over the rate), and once the
+/// departures are within a bin of the end of the departure meter's burst
+/// (`overrun::within_burst`): there the slack would carry what is lent on top of full bins
+/// past the rate.
 #[inline(always)]
 pub fn capacity(bin_ns: u64, no_slack: u64) -> u64 {
     bin_ns + (bin_ns >> SLACK_SHIFT) - (bin_ns >> SLACK_SHIFT) * no_slack
@@ -130,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn the_slack_is_for_paced_traffic_behind_the_rate_only() {
+    fn the_slack_is_for_paced_traffic_only() {
         assert_eq!(capacity(BIN, 0), BIN + BIN / 16);
         assert_eq!(capacity(BIN, 1), BIN);
     }

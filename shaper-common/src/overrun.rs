@@ -47,13 +47,16 @@ pub const fn burst_ns(bin_ns: u64) -> u64 {
     BURST_BINS * bin_ns
 }
 
-/// Whether the device is behind the rate, by the meter at `meter_ns`: it lags `now` by a bin
-/// (`bin_ns`) or more. Departures at the rate swing the meter about `now` by up to a bin (a
-/// bin's bookings leave together); a lag beyond that is wire time the link did not carry,
-/// which the calendar may catch up with its bins' slack. A meter that never moved (no observer
-/// attached) reads as behind.
-pub const fn behind(meter_ns: u64, now_ns: u64, bin_ns: u64) -> bool {
-    meter_ns.saturating_add(bin_ns) <= now_ns
+/// Whether the device's departures have room left in the meter's burst (`burst_ns`, for bins
+/// `bin_ns` wide): the meter at `meter_ns` stands less than the burst less a bin ahead of `now`.
+/// The calendar's bins take their slack only then. The slack catches up wire time the link did
+/// not carry, and lets departures run ahead of the rate within the burst; once they are within
+/// a bin of its end, what the slack would carry more is what is lent on top of full bins (a
+/// flood of sparse packets), and the repayments of what the meter charged would only refill
+/// the slack instead of pushing the bookings after them. A meter that never moved (no observer
+/// attached) reads as room.
+pub const fn within_burst(meter_ns: u64, now_ns: u64, bin_ns: u64, burst_ns: u64) -> bool {
+    meter_ns.saturating_add(bin_ns) < now_ns.saturating_add(burst_ns)
 }
 
 /// One departure through the meter.
@@ -109,14 +112,16 @@ mod tests {
     }
 
     #[test]
-    fn the_device_is_behind_the_rate_only_once_the_meter_lags_a_bin() {
+    fn the_slack_stops_a_bin_before_the_meter_would_charge() {
         let bin = MS;
+        let burst = burst_ns(bin);
         let now = 10_000 * MS;
-        assert!(behind(0, now, bin), "a meter that never moved");
-        assert!(behind(now - bin, now, bin));
-        assert!(!behind(now - bin + 1, now, bin), "within a bin's swing");
-        assert!(!behind(now + 5 * bin, now, bin), "ahead of the rate");
-        assert!(!behind(u64::MAX, now, bin));
+        assert!(within_burst(0, now, bin, burst), "a meter that never moved");
+        assert!(within_burst(now - burst, now, bin, burst), "the whole burst of credit");
+        assert!(within_burst(now + bin, now, bin, burst), "a bin's swing about now");
+        assert!(within_burst(now + burst - bin - 1, now, bin, burst));
+        assert!(!within_burst(now + burst - bin, now, bin, burst));
+        assert!(!within_burst(u64::MAX, now, bin, burst));
     }
 
     #[test]

@@ -58,8 +58,8 @@ const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
 /// The departure meter (`overrun::meter`), which the dequeue observer moves, shared by every
-/// CPU that dequeues the device: whether the device is behind the rate decides the bins'
-/// slack (`bins::capacity`).
+/// CPU that dequeues the device: whether its departures have room left in the meter's burst
+/// decides the bins' slack (`bins::capacity`).
 #[map(name = "SHAPER_DEPARTURES")]
 pub static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
 
@@ -238,9 +238,9 @@ fn terms(now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) 
     let meter = DEPARTURES
         .get_ptr(0)
         .map_or(0, |m| unsafe { core::ptr::read_volatile(m) });
-    let behind = overrun::behind(meter, now_ns, bin_ns) as u64;
+    let room = overrun::within_burst(meter, now_ns, bin_ns, overrun::burst_ns(bin_ns)) as u64;
     Terms {
-        capacity: bins::capacity(bin_ns, (priority as u64 & (lent_to ^ 1)) | (behind ^ 1)),
+        capacity: bins::capacity(bin_ns, (priority as u64 & (lent_to ^ 1)) | (room ^ 1)),
         lent_to,
         books_ns: tx_ns + repay_lent + repay_tin + repay_overflow,
     }

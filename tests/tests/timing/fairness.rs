@@ -335,10 +335,10 @@ fn bulk_beside_a_flood(h: &mut Harness) -> (u64, u64) {
 
 #[test]
 fn a_flood_lent_on_top_of_a_link_at_the_rate_pushes_the_bulk_back() {
-    // The device is at the rate (its meter at now and ahead of it as A's frames are booked):
-    // the bins hold their width and no more, so the flood's borrowed wire time pushes A's
-    // frames back, and the link carries the rate. With the bins' slack it would ride on top of
-    // A's schedule for as long as the flood lasts.
+    // The departures have run through the meter's burst (as under a flood lent on top of full
+    // bins, the meter held there for as long as it lasts): the bins hold their width and no
+    // more, so the flood's borrowed wire time pushes A's frames back, and the link carries the
+    // rate. With the bins' slack it would ride on top of A's schedule.
     let mut h = Harness::new(short_bins_config());
     let bin = h.datapath.config().calendar_bin_ns;
     set_departures(&h, u64::MAX / 2);
@@ -355,10 +355,10 @@ fn a_flood_lent_on_top_of_a_link_at_the_rate_pushes_the_bulk_back() {
 }
 
 #[test]
-fn behind_the_rate_the_bins_slack_catches_up() {
-    // The same schedule with the device behind the rate (the meter never moved, as with no
-    // observer): the bins take their slack, and A's frames with the flood run up to 1/16
-    // faster than the rate, catching up wire time the link did not carry.
+fn with_room_in_the_meters_burst_the_bins_slack_catches_up() {
+    // The same schedule with room in the meter's burst (it never moved, as with no observer:
+    // the device is behind the rate): the bins take their slack, and A's frames with the
+    // flood run up to 1/16 faster than the rate, catching up wire time the link did not carry.
     let mut h = Harness::new(short_bins_config());
     let bin = h.datapath.config().calendar_bin_ns;
     let (last, wire) = bulk_beside_a_flood(&mut h);
