@@ -171,6 +171,9 @@ pub struct Controller {
     /// The previous tick's duration and the longest so far (`Levels::tick_ns`).
     tick_ns: u64,
     max_tick_ns: u64,
+    /// The CPU time of the previous tick and the most of any so far (`Levels::tick_cpu_ns`).
+    tick_cpu_ns: u64,
+    max_tick_cpu_ns: u64,
 }
 
 impl Controller {
@@ -184,7 +187,15 @@ impl Controller {
             seen: HashMap::new(),
             tick_ns: 0,
             max_tick_ns: 0,
+            tick_cpu_ns: 0,
+            max_tick_cpu_ns: 0,
         }
+    }
+
+    /// The previous tick's wall time and the CPU time its thread spent in it, in ns (zero
+    /// before the first tick).
+    pub fn last_tick_ns(&self) -> (u64, u64) {
+        (self.tick_ns, self.tick_cpu_ns)
     }
 
     /// Takes up a data path that already has hosts (one a predecessor left, `handover`): its
@@ -226,6 +237,7 @@ impl Controller {
         if dt_s < 0.01 {
             return Ok(TickSummary::default());
         }
+        let cpu_start = thread_cpu_ns();
         self.last_ns = now;
         self.epoch += 1;
 
@@ -307,6 +319,8 @@ impl Controller {
             epoch: self.epoch,
             tick_ns: self.tick_ns,
             max_tick_ns: self.max_tick_ns,
+            tick_cpu_ns: self.tick_cpu_ns,
+            max_tick_cpu_ns: self.max_tick_cpu_ns,
             ..Default::default()
         };
         let mut rates: Vec<(FlowKey, HostRate)> = Vec::with_capacity(active.len());
@@ -353,6 +367,8 @@ impl Controller {
         dp.set_levels(&levels)?;
         self.tick_ns = monotonic_now_ns().saturating_sub(now);
         self.max_tick_ns = self.max_tick_ns.max(self.tick_ns);
+        self.tick_cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
+        self.max_tick_cpu_ns = self.max_tick_cpu_ns.max(self.tick_cpu_ns);
         Ok(summary)
     }
 
@@ -401,6 +417,17 @@ impl Controller {
             rates.push((*key, host_rate(config, allocation, *flow_bps, boost, flags)));
         }
     }
+}
+
+/// The CPU time the calling thread has spent, in ns (user and system).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The rates the data path reads for a host: its flows paced at their `level_bps` times its
