@@ -247,6 +247,13 @@ pub struct Levels {
     /// they stay below it. For `shaper stats`; the data path does not read them.
     pub tick_ns: u64,
     pub max_tick_ns: u64,
+    /// The CPU time the control loop's thread spent in its previous tick and the most it spent
+    /// in one tick so far, in ns (`CLOCK_THREAD_CPUTIME_ID`, system calls included): a tick
+    /// whose wall time is well above its CPU time waited for a CPU, one whose CPU time is
+    /// near its wall time was slow by its own work. For `shaper stats`; the data path does not
+    /// read them.
+    pub tick_cpu_ns: u64,
+    pub max_tick_cpu_ns: u64,
 }
 
 const _: () = {
@@ -254,7 +261,7 @@ const _: () = {
     assert!(core::mem::size_of::<HostState>() == 128);
     assert!(core::mem::size_of::<FlowState>() == 104);
     assert!(core::mem::size_of::<HostRate>() == 40);
-    assert!(core::mem::size_of::<Levels>() == 40 + 16 * MAX_TINS);
+    assert!(core::mem::size_of::<Levels>() == 56 + 16 * MAX_TINS);
     assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
 };
 

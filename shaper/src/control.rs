@@ -6,11 +6,15 @@
 //! hold thousands of packets at 10 Mbit/s and up, so the rates it measures are not noise.
 //! Hosts that send fewer packets than that are measured over several ticks (`sampling`).
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    hash::{BuildHasher, DefaultHasher, Hasher, RandomState},
+    time::Duration,
+};
 
 use serde::Serialize;
 use shaper_common::{
-    abi::{FlowKey, HostRate, HostState, Levels, ShaperConfig, host_flags},
+    abi::{FlowKey, HostRate, Levels, ShaperConfig, host_flags},
     diffserv::{Diffserv, dscp},
     edt,
     isolation::{Isolation, fields},
@@ -106,6 +110,8 @@ struct Seen {
     measured: bool,
     /// Ticks since its last packet (not bounded by its window).
     silent_ticks: u32,
+    /// The epoch of the last tick that found it in the hosts map.
+    epoch: u64,
 }
 
 impl Default for Seen {
@@ -115,7 +121,109 @@ impl Default for Seen {
             boost: 1.0,
             measured: false,
             silent_ticks: 0,
+            epoch: 0,
         }
+    }
+}
+
+/// The hosts the control loop follows: an index by key into slots that stay in place, so that
+/// the slot a tick finds a host in serves the rest of the tick without another lookup, and
+/// the index's entries stay small when it grows or sheds the ones removed (a flood of spoofed
+/// sources churns hundreds a tick). A slot not in the index is free.
+#[derive(Default)]
+struct Followed {
+    index: HashMap<FlowKey, usize, OnePass>,
+    slots: Vec<Seen>,
+    free: Vec<usize>,
+}
+
+impl Followed {
+    /// The slot of `key`, a new host's (`Seen::default`) if it was not followed.
+    fn slot(&mut self, key: FlowKey) -> usize {
+        let Self { index, slots, free } = self;
+        *index.entry(key).or_insert_with(|| match free.pop() {
+            Some(slot) => {
+                slots[slot] = Seen::default();
+                slot
+            }
+            None => {
+                slots.push(Seen::default());
+                slots.len() - 1
+            }
+        })
+    }
+
+    /// Follows `key` as `seen` from now on.
+    fn insert(&mut self, key: FlowKey, seen: Seen) {
+        let slot = self.slot(key);
+        self.slots[slot] = seen;
+    }
+
+    fn remove(&mut self, key: &FlowKey) {
+        if let Some(slot) = self.index.remove(key) {
+            self.free.push(slot);
+        }
+    }
+
+    /// Keeps the hosts for which `keep` holds.
+    fn retain(&mut self, mut keep: impl FnMut(&FlowKey, &Seen) -> bool) {
+        let Self { index, slots, free } = self;
+        index.retain(|key, slot| {
+            let kept = keep(key, &slots[*slot]);
+            if !kept {
+                free.push(*slot);
+            }
+            kept
+        });
+    }
+}
+
+/// std's keyed SipHash over a key's bytes in one pass: a derived `Hash` writes a key field by
+/// field (ten writes for a `FlowKey`), and each write costs the hasher a round of its own. The
+/// bytes hashed are the same, so the hash resists keys chosen to collide (a flood's spoofed
+/// sources) as std's does.
+#[derive(Clone, Default)]
+struct OnePass(RandomState);
+
+/// Bytes [`OnePass`] gathers before it hashes them (a `FlowKey` and its length prefixes fit).
+const ONE_PASS_BYTES: usize = 64;
+
+struct OnePassHasher {
+    inner: DefaultHasher,
+    buf: [u8; ONE_PASS_BYTES],
+    len: usize,
+}
+
+impl BuildHasher for OnePass {
+    type Hasher = OnePassHasher;
+
+    fn build_hasher(&self) -> OnePassHasher {
+        OnePassHasher {
+            inner: self.0.build_hasher(),
+            buf: [0; ONE_PASS_BYTES],
+            len: 0,
+        }
+    }
+}
+
+impl Hasher for OnePassHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() > ONE_PASS_BYTES {
+            self.inner.write(&self.buf[..self.len]);
+            self.len = 0;
+            if bytes.len() > ONE_PASS_BYTES {
+                self.inner.write(bytes);
+                return;
+            }
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    fn finish(&self) -> u64 {
+        let mut inner = self.inner.clone();
+        inner.write(&self.buf[..self.len]);
+        inner.finish()
     }
 }
 
@@ -167,10 +275,13 @@ pub struct Controller {
     diffserv: Diffserv,
     epoch: u64,
     last_ns: u64,
-    seen: HashMap<FlowKey, Seen>,
+    seen: Followed,
     /// The previous tick's duration and the longest so far (`Levels::tick_ns`).
     tick_ns: u64,
     max_tick_ns: u64,
+    /// The CPU time of the previous tick and the most of any so far (`Levels::tick_cpu_ns`).
+    tick_cpu_ns: u64,
+    max_tick_cpu_ns: u64,
 }
 
 impl Controller {
@@ -181,10 +292,18 @@ impl Controller {
             diffserv,
             epoch: 0,
             last_ns: monotonic_now_ns(),
-            seen: HashMap::new(),
+            seen: Followed::default(),
             tick_ns: 0,
             max_tick_ns: 0,
+            tick_cpu_ns: 0,
+            max_tick_cpu_ns: 0,
         }
+    }
+
+    /// The previous tick's wall time and the CPU time its thread spent in it, in ns (zero
+    /// before the first tick).
+    pub fn last_tick_ns(&self) -> (u64, u64) {
+        (self.tick_ns, self.tick_cpu_ns)
     }
 
     /// Takes up a data path that already has hosts (one a predecessor left, `handover`): its
@@ -226,32 +345,30 @@ impl Controller {
         if dt_s < 0.01 {
             return Ok(TickSummary::default());
         }
+        let cpu_start = thread_cpu_ns();
         self.last_ns = now;
         self.epoch += 1;
 
-        let current: HashMap<FlowKey, HostState> = dp.hosts()?.into_iter().collect();
-        // Hosts the data path evicted: an entry created again starts from zero counters. Only
-        // a host whose levels were written has a rate to remove: a flood of spoofed sources
-        // evicts hundreds of hosts a tick that never had one.
-        let evicted: Vec<(FlowKey, bool)> = self
-            .seen
-            .iter()
-            .filter(|(k, _)| !current.contains_key(k))
-            .map(|(k, seen)| (*k, seen.measured))
-            .collect();
+        let epoch = self.epoch;
         let mut unrated: Vec<FlowKey> = Vec::new();
-        for (key, measured) in evicted {
-            if measured {
-                unrated.push(key);
-            }
-            self.seen.remove(&key);
-        }
+        // The hosts with a sample, and the slot each is followed in.
         let mut active: Vec<(FlowKey, HostSample)> = Vec::new();
+        let mut active_slots: Vec<usize> = Vec::new();
         let mut silent: Vec<FlowKey> = Vec::new();
-        for (key, state) in current {
+        let hosts = dp.hosts()?;
+        self.seen
+            .index
+            .reserve(hosts.len().saturating_sub(self.seen.index.len()));
+        for (key, state) in hosts {
             // A host seen for the first time was created during this tick: its counters are
             // all this tick's.
-            let seen = self.seen.entry(key).or_default();
+            let slot = self.seen.slot(key);
+            let seen = &mut self.seen.slots[slot];
+            if seen.epoch == epoch {
+                // A key the read returned twice (the map churned under it) counts once.
+                continue;
+            }
+            seen.epoch = epoch;
             seen.window.record(state, dt_s);
             seen.silent_ticks = match seen.window.idle_ticks() {
                 0 => 0,
@@ -259,6 +376,7 @@ impl Controller {
             };
             if let Some(sample) = seen.window.sample() {
                 active.push((key, sample));
+                active_slots.push(slot);
             } else if seen.silent_ticks >= REMOVE_AFTER_SILENT_TICKS {
                 silent.push(key);
                 if seen.measured {
@@ -273,6 +391,18 @@ impl Controller {
                 seen.window = HostWindow::since(state);
             }
         }
+        // Hosts the data path evicted (not in the map this tick): an entry created again starts
+        // from zero counters. Only a host whose levels were written has a rate to remove: a
+        // flood of spoofed sources evicts hundreds of hosts a tick that never had one.
+        self.seen.retain(|key, seen| {
+            if seen.epoch == epoch {
+                return true;
+            }
+            if seen.measured {
+                unrated.push(*key);
+            }
+            false
+        });
         dp.remove_host_rates(&unrated)?;
         dp.remove_hosts(&silent)?;
         for key in silent {
@@ -307,6 +437,8 @@ impl Controller {
             epoch: self.epoch,
             tick_ns: self.tick_ns,
             max_tick_ns: self.max_tick_ns,
+            tick_cpu_ns: self.tick_cpu_ns,
+            max_tick_cpu_ns: self.max_tick_cpu_ns,
             ..Default::default()
         };
         let mut rates: Vec<(FlowKey, HostRate)> = Vec::with_capacity(active.len());
@@ -314,12 +446,17 @@ impl Controller {
             epoch: self.epoch,
             ..Default::default()
         };
+        let mut group: Vec<(FlowKey, HostSample)> = Vec::with_capacity(active.len());
+        let mut group_slots: Vec<usize> = Vec::with_capacity(active.len());
         for t in 0..tins.len() {
-            let mut group: Vec<(FlowKey, HostSample)> = active
-                .iter()
-                .filter(|(k, _)| tin_of(k) == t)
-                .copied()
-                .collect();
+            group.clear();
+            group_slots.clear();
+            for ((key, sample), slot) in active.iter().zip(&active_slots) {
+                if tin_of(key) == t {
+                    group.push((*key, *sample));
+                    group_slots.push(*slot);
+                }
+            }
             if self.isolation == Isolation::TripleIsolate {
                 apply_triple_isolate_weights(&mut group);
             }
@@ -330,7 +467,7 @@ impl Controller {
             // ahead only go ahead of each other, and each is held by nothing but its guard
             // (the whole rate for a host not bottlenecked, or new, while nobody else is).
             let ahead = samples.iter().any(HostSample::bottlenecked);
-            self.apply(&config, &group, &plan, ahead, &mut rates);
+            self.apply(&config, &group, &group_slots, &plan, ahead, &mut rates);
             levels.set_newcomer(&config, t, edt::ns_per_byte_fp(plan.new_host_bps as u64));
             if ahead {
                 levels.newcomers_ahead_tins |= 1 << t;
@@ -353,29 +490,31 @@ impl Controller {
         dp.set_levels(&levels)?;
         self.tick_ns = monotonic_now_ns().saturating_sub(now);
         self.max_tick_ns = self.max_tick_ns.max(self.tick_ns);
+        self.tick_cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
+        self.max_tick_cpu_ns = self.max_tick_cpu_ns.max(self.tick_cpu_ns);
         Ok(summary)
     }
 
-    /// A plan's levels for its hosts, with each host's boost, added to `rates`; `ahead`: hosts
-    /// not bottlenecked go ahead of the calendar's bookings (`host_flags::AHEAD`).
+    /// A plan's levels for its hosts (followed in `slots`), with each host's boost, added to
+    /// `rates`; `ahead`: hosts not bottlenecked go ahead of the calendar's bookings
+    /// (`host_flags::AHEAD`).
     fn apply(
         &mut self,
         config: &ShaperConfig,
         group: &[(FlowKey, HostSample)],
+        slots: &[usize],
         plan: &Plan,
         ahead: bool,
         rates: &mut Vec<(FlowKey, HostRate)>,
     ) {
-        for ((key, sample), (allocation_bps, flow_bps)) in group.iter().zip(&plan.hosts) {
-            let boost = match self.seen.get_mut(key) {
-                Some(seen) => {
-                    seen.measured = true;
-                    let carried = seen.window.carried_rate_bps() / allocation_bps.max(1.0);
-                    seen.boost = next_boost(seen.boost, carried, sample.bottlenecked());
-                    seen.boost
-                }
-                None => 1.0,
-            };
+        for (((key, sample), slot), (allocation_bps, flow_bps)) in
+            group.iter().zip(slots).zip(&plan.hosts)
+        {
+            let seen = &mut self.seen.slots[*slot];
+            seen.measured = true;
+            let carried = seen.window.carried_rate_bps() / allocation_bps.max(1.0);
+            seen.boost = next_boost(seen.boost, carried, sample.bottlenecked());
+            let boost = seen.boost;
             trace!(
                 host = %crate::stats::describe_key(key),
                 rate_bps = sample.rate_bps as u64,
@@ -403,6 +542,17 @@ impl Controller {
     }
 }
 
+/// The CPU time the calling thread has spent, in ns (user and system).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The rates the data path reads for a host: its flows paced at their `level_bps` times its
 /// `boost`, its guard at its `allocation_bps` (`None`: no guard), and its rounds at the level
 /// itself. The boost recovers wire time that flows held by the guard lose; a kept ACK charged
@@ -427,7 +577,8 @@ fn host_rate(
 /// Weights each active (source, destination) pair so that sources and destinations are fair
 /// (see `fairness::triple_isolate_weights`), scaled to a mean of 1.
 fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
-    let mut ids: HashMap<([u32; 4], u8, bool), usize> = HashMap::new();
+    let mut ids: HashMap<([u32; 4], u8, bool), usize, OnePass> =
+        HashMap::with_capacity_and_hasher(2 * active.len(), OnePass::default());
     let mut id = |addr: [u32; 4], family: u8, dst: bool| {
         let next = ids.len();
         *ids.entry((addr, family, dst)).or_insert(next)
@@ -445,6 +596,8 @@ fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
 
 #[cfg(test)]
 mod tests {
+    use shaper_common::abi::HostState;
+
     use super::*;
 
     fn bulk(flows: f64) -> HostSample {

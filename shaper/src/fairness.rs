@@ -76,16 +76,30 @@ pub fn triple_isolate_weights(pairs: &[(usize, usize)]) -> Vec<f64> {
     let dests = pairs.iter().map(|p| p.1).max().unwrap_or(0) + 1;
     let n_src = count_distinct(pairs.iter().map(|p| p.0), sources);
     let n_dst = count_distinct(pairs.iter().map(|p| p.1), dests);
-    let by_source = |w: &mut [f64]| scale(w, pairs, sources, |p| p.0, 1.0 / n_src as f64);
-    let by_dest = |w: &mut [f64]| scale(w, pairs, dests, |p| p.1, 1.0 / n_dst as f64);
+    let by_source = |w: &mut [f64], sums: &mut Vec<f64>| {
+        scale(w, sums, pairs, sources, |p| p.0, 1.0 / n_src as f64)
+    };
+    let by_dest = |w: &mut [f64], sums: &mut Vec<f64>| {
+        scale(w, sums, pairs, dests, |p| p.1, 1.0 / n_dst as f64)
+    };
+    let mut sums = Vec::with_capacity(sources.max(dests));
     let mut w = vec![1.0 / pairs.len() as f64; pairs.len()];
+    let mut before = w.clone();
     for _ in 0..50 {
+        before.copy_from_slice(&w);
         if n_src <= n_dst {
-            by_dest(&mut w);
-            by_source(&mut w);
+            by_dest(&mut w, &mut sums);
+            by_source(&mut w, &mut sums);
         } else {
-            by_source(&mut w);
-            by_dest(&mut w);
+            by_source(&mut w, &mut sums);
+            by_dest(&mut w, &mut sums);
+        }
+        // A round that changed no weight would change none again.
+        if w.iter()
+            .zip(&before)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+        {
+            break;
         }
     }
     let total: f64 = w.iter().sum();
@@ -187,15 +201,18 @@ fn count_distinct(ids: impl Iterator<Item = usize>, n: usize) -> usize {
     seen.iter().filter(|s| **s).count()
 }
 
-/// Scales weights so that the sum over each group (`group(pair)`) is `target`.
+/// Scales weights so that the sum over each group (`group(pair)`) is `target`; `sums` is room
+/// for the groups' sums.
 fn scale(
     w: &mut [f64],
+    sums: &mut Vec<f64>,
     pairs: &[(usize, usize)],
     groups: usize,
     group: impl Fn(&(usize, usize)) -> usize,
     target: f64,
 ) {
-    let mut sums = vec![0.0; groups];
+    sums.clear();
+    sums.resize(groups, 0.0);
     for (x, p) in w.iter().zip(pairs) {
         sums[group(p)] += x;
     }

@@ -10,8 +10,6 @@
 //! stays in the plan for twice its mean gap between packets: one tick of silence ends a bulk host,
 //! a few end a host that sends a packet every other tick.
 
-use std::collections::VecDeque;
-
 use shaper_common::abi::HostState;
 
 /// Packets a sample should hold: with fewer, one packet more or less moves the rate measured by
@@ -63,19 +61,20 @@ struct Tick {
     flows_seen: f32,
 }
 
-/// A host's recent ticks.
+/// A host's recent ticks: the last [`WINDOW_TICKS`] at most, oldest first, in a ring held inline
+/// (a window costs no allocation of its own: a flood brings hundreds of new hosts a tick).
 #[derive(Debug, Clone)]
 pub struct HostWindow {
     last: HostState,
-    ticks: VecDeque<Tick>,
+    ring: [Tick; WINDOW_TICKS],
+    /// Where the oldest tick is in `ring`, and how many ticks it holds.
+    start: u8,
+    len: u8,
 }
 
 impl Default for HostWindow {
     fn default() -> Self {
-        Self {
-            last: HostState::default(),
-            ticks: VecDeque::with_capacity(WINDOW_TICKS),
-        }
+        Self::since(HostState::default())
     }
 }
 
@@ -84,8 +83,24 @@ impl HostWindow {
     pub fn since(state: HostState) -> Self {
         Self {
             last: state,
-            ticks: VecDeque::new(),
+            ring: [Tick::default(); WINDOW_TICKS],
+            start: 0,
+            len: 0,
         }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// The `i`-th tick of the window, oldest first (`i < len`).
+    fn tick(&self, i: usize) -> &Tick {
+        &self.ring[(usize::from(self.start) + i) % WINDOW_TICKS]
+    }
+
+    /// The ticks from the `first`-th on, oldest first.
+    fn ticks_from(&self, first: usize) -> impl Iterator<Item = &Tick> {
+        (first..self.len()).map(|i| self.tick(i))
     }
 
     /// Records the tick that ended with the host's counters at `state`, `seconds` after the
@@ -99,10 +114,7 @@ impl HostWindow {
             HostState::default()
         };
         let diff = |now: u64, before: u64| now.saturating_sub(before) as f32;
-        if self.ticks.len() == WINDOW_TICKS {
-            self.ticks.pop_front();
-        }
-        self.ticks.push_back(Tick {
+        let tick = Tick {
             seconds: seconds as f32,
             bytes: diff(state.bytes, prev.bytes),
             packets: diff(state.packets, prev.packets),
@@ -110,16 +122,23 @@ impl HostWindow {
             busy_s: diff(state.busy_ns, prev.busy_ns) / 1e9,
             backlogged_busy_s: diff(state.backlogged_busy_ns, prev.backlogged_busy_ns) / 1e9,
             flows_seen: diff(state.flows_seen, prev.flows_seen),
-        });
+        };
+        if self.len() == WINDOW_TICKS {
+            // The oldest tick gives way.
+            self.ring[usize::from(self.start)] = tick;
+            self.start = ((usize::from(self.start) + 1) % WINDOW_TICKS) as u8;
+        } else {
+            self.ring[(usize::from(self.start) + self.len()) % WINDOW_TICKS] = tick;
+            self.len += 1;
+        }
         self.last = state;
     }
 
     /// Ticks since the host's last packet.
     pub fn idle_ticks(&self) -> usize {
-        self.ticks
-            .iter()
+        (0..self.len())
             .rev()
-            .take_while(|t| t.packets == 0.0)
+            .take_while(|&i| self.tick(i).packets == 0.0)
             .count()
     }
 
@@ -131,7 +150,7 @@ impl HostWindow {
     /// while it carried 0.97 of it.
     pub fn carried_rate_bps(&self) -> f64 {
         let (first, bytes) = self.latest_holding(CARRIED_BYTES, |t| t.bytes);
-        let seconds: f32 = self.ticks.range(first..).map(|t| t.seconds).sum();
+        let seconds: f32 = self.ticks_from(first).map(|t| t.seconds).sum();
         f64::from(bytes) * 8.0 / f64::from(seconds).max(1e-3)
     }
 
@@ -139,10 +158,10 @@ impl HostWindow {
     /// oldest tick when the whole window holds less), and how much they hold.
     fn latest_holding(&self, min: f32, count: impl Fn(&Tick) -> f32) -> (usize, f32) {
         let mut held = 0.0;
-        let mut first = self.ticks.len();
+        let mut first = self.len();
         while first > 0 && held < min {
             first -= 1;
-            held += count(&self.ticks[first]);
+            held += count(self.tick(first));
         }
         (first, held)
     }
@@ -151,12 +170,12 @@ impl HostWindow {
     /// more than twice its mean gap between packets.
     pub fn sample(&self) -> Option<HostSample> {
         let idle = self.idle_ticks();
-        if idle == self.ticks.len() {
+        if idle == self.len() {
             return None;
         }
         let (first, packets) = self.latest_holding(MIN_PACKETS, |t| t.packets);
-        let window = self.ticks.range(first..);
-        let sending_ticks = (self.ticks.len() - idle - first) as f32;
+        let window = self.ticks_from(first);
+        let sending_ticks = (self.len() - idle - first) as f32;
         let allowed_idle = (2.0 * sending_ticks / packets).floor() as usize;
         if idle > allowed_idle {
             return None;
@@ -278,7 +297,7 @@ mod tests {
     #[test]
     fn the_window_is_bounded_and_counters_that_restart_start_over() {
         let mut w = fed(&[(9000, 1, 0); 30]);
-        assert_eq!(w.ticks.len(), WINDOW_TICKS);
+        assert_eq!(w.len(), WINDOW_TICKS);
         assert!(close(w.sample().unwrap().rate_bps, 720e3));
         // The entry was evicted and created again: its counters restart below the last ones.
         w.record(
@@ -289,7 +308,7 @@ mod tests {
             },
             0.1,
         );
-        assert_eq!(w.ticks.back().unwrap().bytes, 1500.0);
+        assert_eq!(w.tick(w.len() - 1).bytes, 1500.0);
     }
 
     #[test]

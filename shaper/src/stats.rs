@@ -81,6 +81,10 @@ pub struct Report {
     /// The control loop's previous tick and its longest so far (µs); its interval is 100 ms.
     pub tick_us: Option<u64>,
     pub max_tick_us: Option<u64>,
+    /// The CPU time the control loop's thread spent in its previous tick and the most in one
+    /// tick so far (µs): a tick far longer than its CPU time waited for a CPU.
+    pub tick_cpu_us: Option<u64>,
+    pub max_tick_cpu_us: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,6 +187,8 @@ impl Report {
             },
             tick_us: None,
             max_tick_us: None,
+            tick_cpu_us: None,
+            max_tick_cpu_us: None,
             diffserv: state.diffserv.clone(),
             tins: Diffserv::parse(&state.diffserv)
                 .unwrap_or_default()
@@ -212,6 +218,8 @@ impl Report {
     fn set_tick(&mut self, levels: &Levels) {
         self.tick_us = Some(levels.tick_ns / 1_000);
         self.max_tick_us = Some(levels.max_tick_ns / 1_000);
+        self.tick_cpu_us = Some(levels.tick_cpu_ns / 1_000);
+        self.max_tick_cpu_us = Some(levels.max_tick_cpu_ns / 1_000);
     }
 
     pub fn to_text(&self) -> String {
@@ -276,11 +284,18 @@ impl Report {
                 ),
                 None => String::new(),
             },
-            match (self.tick_us, self.max_tick_us) {
-                (Some(t), Some(m)) => format!(
-                    "  control loop: last tick {:.1} ms, longest {:.1} ms (interval 100 ms)\n",
+            match (
+                self.tick_us,
+                self.max_tick_us,
+                self.tick_cpu_us,
+                self.max_tick_cpu_us
+            ) {
+                (Some(t), Some(m), Some(c), Some(mc)) => format!(
+                    "  control loop: last tick {:.1} ms ({:.1} ms CPU), longest {:.1} ms, most CPU {:.1} ms (interval 100 ms)\n",
                     t as f64 / 1e3,
-                    m as f64 / 1e3
+                    c as f64 / 1e3,
+                    m as f64 / 1e3,
+                    mc as f64 / 1e3
                 ),
                 _ => String::new(),
             },

@@ -286,6 +286,18 @@ const SINGLES: &[Single] = &[
         help: "The longest tick of the control loop so far.",
         value: |d| Value::Float(d.report.max_tick_us.unwrap_or(0) as f64 / 1e6),
     },
+    Single {
+        name: "shaper_control_tick_last_cpu_seconds",
+        kind: Kind::Gauge,
+        help: "The CPU time the control loop's thread spent in its previous tick.",
+        value: |d| Value::Float(d.report.tick_cpu_us.unwrap_or(0) as f64 / 1e6),
+    },
+    Single {
+        name: "shaper_control_tick_max_cpu_seconds",
+        kind: Kind::Gauge,
+        help: "The most CPU time the control loop's thread spent in one tick so far.",
+        value: |d| Value::Float(d.report.max_tick_cpu_us.unwrap_or(0) as f64 / 1e6),
+    },
 ];
 
 /// Families with one series per direction and reason (or tin): a fixed, small set each.
