@@ -117,8 +117,14 @@ mod tests {
         let burst = burst_ns(bin);
         let now = 10_000 * MS;
         assert!(within_burst(0, now, bin, burst), "a meter that never moved");
-        assert!(within_burst(now - burst, now, bin, burst), "the whole burst of credit");
-        assert!(within_burst(now + bin, now, bin, burst), "a bin's swing about now");
+        assert!(
+            within_burst(now - burst, now, bin, burst),
+            "the whole burst of credit"
+        );
+        assert!(
+            within_burst(now + bin, now, bin, burst),
+            "a bin's swing about now"
+        );
         assert!(within_burst(now + burst - bin - 1, now, bin, burst));
         assert!(!within_burst(now + burst - bin, now, bin, burst));
         assert!(!within_burst(u64::MAX, now, bin, burst));
