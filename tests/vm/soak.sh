@@ -20,6 +20,8 @@
 #     with one host a second the map holds about as many as a host's seconds there (host_bound);
 #   - the rate error of the last samples equal to that of the first within 1 point (a machine
 #     so loaded that the VM cannot offer the rate fails it: the samples then follow the load);
+#     a run too short for FEW samples at each end (the suite's minute) is judged on its mean
+#     rate after warm-up instead: within 3 % under and 1 % over the rate;
 #   - no sample above the rate by more than 1 %;
 #   - every byte accounted (tx = stamped + unshaped, lib.sh's accounting_fault, whole run);
 #   - both bulk flows lived through the run, and (nearly) every churn host got replies.
@@ -163,8 +165,10 @@ figures=$(awk -v w="$WARMUP_S" -v few="$FEW" -v rate="$RATE_MBIT" '
 		k = (n >= 2 * few) ? few : int(n / 2)
 		for (j = 1; j <= k; j++) { s += mbit[j]; e += mbit[n - k + j] }
 		s /= k; e /= k
+		for (j = 1; j <= n; j++) mean += mbit[j] / n
 		printf "start_mbit=%.2f end_mbit=%.2f start_err_pct=%.2f end_err_pct=%.2f max_mbit=%.2f",
 			s, e, (s - rate) * 100 / rate, (e - rate) * 100 / rate, all_max
+		printf " mean_err_pct=%.2f drift_judged=%d", (mean - rate) * 100 / rate, (n >= 2 * few)
 		printf " rss_start_kb=%d rss_end_kb=%d rss_max_kb=%d", rss[1], rss[n], rss_max
 		printf " hosts_start=%d hosts_end=%d hosts_max=%d flows_start=%d flows_end=%d samples=%d averaged=%d\n",
 			hosts[1], hosts[n], hosts_max, flows[1], flows[n], n, k
@@ -175,8 +179,16 @@ HOST_BOUND=$(host_bound "$life_max_s")
 echo "RESULT kernel=$(uname -r) seconds=$DURATION rate_mbit=$RATE_MBIT $figures hosts_seen=$((DURATION + 2)) host_life_max_s=$life_max_s host_bound=$HOST_BOUND silent_hosts=$silent"
 val() { echo "$figures" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
-awk -v s="$(val start_err_pct)" -v e="$(val end_err_pct)" 'BEGIN { d = e - s; exit !(d <= 1 && d >= -1) }' ||
-	failed="$failed; the rate error moved from $(val start_err_pct) % at the start to $(val end_err_pct) % at the end (more than 1 point)"
+# A drift is judged between averages of FEW samples each: fewer (the suite's one-minute run)
+# follow the emulated machine's own load from one 10-s sample to the next, and the run is
+# judged on its mean rate after warm-up instead.
+if [ "$(val drift_judged)" = 1 ]; then
+	awk -v s="$(val start_err_pct)" -v e="$(val end_err_pct)" 'BEGIN { d = e - s; exit !(d <= 1 && d >= -1) }' ||
+		failed="$failed; the rate error moved from $(val start_err_pct) % at the start to $(val end_err_pct) % at the end (more than 1 point)"
+else
+	awk -v m="$(val mean_err_pct)" 'BEGIN { exit !(m >= -3 && m <= 1) }' ||
+		failed="$failed; the mean rate after warm-up was $(val mean_err_pct) % off the rate (allowed: 3 % under, 1 % over)"
+fi
 awk -v m="$(val max_mbit)" -v r="$RATE_MBIT" 'BEGIN { exit !(m <= r * 1.01) }' ||
 	failed="$failed; a ${SAMPLE_S}-s sample ran at $(val max_mbit) Mbit/s, more than 1 % over $RATE_MBIT"
 [ $(($(val rss_end_kb) - $(val rss_start_kb))) -le "$RSS_GROWTH_KB" ] ||
