@@ -6,11 +6,7 @@
 //! hold thousands of packets at 10 Mbit/s and up, so the rates it measures are not noise.
 //! Hosts that send fewer packets than that are measured over several ticks (`sampling`).
 
-use std::{
-    collections::HashMap,
-    hash::{BuildHasher, DefaultHasher, Hasher, RandomState},
-    time::Duration,
-};
+use std::{collections::HashMap, time::Duration};
 
 use serde::Serialize;
 use shaper_common::{
@@ -132,7 +128,7 @@ impl Default for Seen {
 /// sources churns hundreds a tick). A slot not in the index is free.
 #[derive(Default)]
 struct Followed {
-    index: HashMap<FlowKey, usize, OnePass>,
+    index: HashMap<FlowKey, usize>,
     slots: Vec<Seen>,
     free: Vec<usize>,
 }
@@ -175,55 +171,6 @@ impl Followed {
             }
             kept
         });
-    }
-}
-
-/// std's keyed SipHash over a key's bytes in one pass: a derived `Hash` writes a key field by
-/// field (ten writes for a `FlowKey`), and each write costs the hasher a round of its own. The
-/// bytes hashed are the same, so the hash resists keys chosen to collide (a flood's spoofed
-/// sources) as std's does.
-#[derive(Clone, Default)]
-struct OnePass(RandomState);
-
-/// Bytes [`OnePass`] gathers before it hashes them (a `FlowKey` and its length prefixes fit).
-const ONE_PASS_BYTES: usize = 64;
-
-struct OnePassHasher {
-    inner: DefaultHasher,
-    buf: [u8; ONE_PASS_BYTES],
-    len: usize,
-}
-
-impl BuildHasher for OnePass {
-    type Hasher = OnePassHasher;
-
-    fn build_hasher(&self) -> OnePassHasher {
-        OnePassHasher {
-            inner: self.0.build_hasher(),
-            buf: [0; ONE_PASS_BYTES],
-            len: 0,
-        }
-    }
-}
-
-impl Hasher for OnePassHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        if self.len + bytes.len() > ONE_PASS_BYTES {
-            self.inner.write(&self.buf[..self.len]);
-            self.len = 0;
-            if bytes.len() > ONE_PASS_BYTES {
-                self.inner.write(bytes);
-                return;
-            }
-        }
-        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
-    }
-
-    fn finish(&self) -> u64 {
-        let mut inner = self.inner.clone();
-        inner.write(&self.buf[..self.len]);
-        inner.finish()
     }
 }
 
@@ -577,8 +524,7 @@ fn host_rate(
 /// Weights each active (source, destination) pair so that sources and destinations are fair
 /// (see `fairness::triple_isolate_weights`), scaled to a mean of 1.
 fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
-    let mut ids: HashMap<([u32; 4], u8, bool), usize, OnePass> =
-        HashMap::with_capacity_and_hasher(2 * active.len(), OnePass::default());
+    let mut ids: HashMap<([u32; 4], u8, bool), usize> = HashMap::with_capacity(2 * active.len());
     let mut id = |addr: [u32; 4], family: u8, dst: bool| {
         let next = ids.len();
         *ids.entry((addr, family, dst)).or_insert(next)
