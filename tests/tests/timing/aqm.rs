@@ -14,7 +14,7 @@ use shaper_common::{
     stats::{DELAY_BUCKETS, DropReason, delay_bucket_upper_ns},
 };
 use shaper_tests::{
-    DROP, Harness, PASS, config,
+    DROP, Harness, PASS, config, on_time,
     packet::{self, ETH_P_IPV6, Frame, UDP},
     skb::SkbContext,
 };
@@ -25,6 +25,15 @@ const FRAME: usize = 1514;
 /// Full frames queued back to back: 24 ms at 10 Mbit/s, far above the standing floor (four
 /// frames at the rate, 4.8 ms) and the target.
 const BURST: usize = 20;
+
+const INTERVAL_NS: u64 = 5 * MS;
+/// Past the interval, well within the burst's 24 ms.
+const PAST_THE_INTERVAL: Duration = Duration::from_millis(7);
+/// CoDel's second signal comes an interval over the square root of two after its first.
+const SIGNAL_SPACING_NS: u64 = INTERVAL_NS * 1_000 / 1_414;
+/// How long after a burst's start its queue may be found standing, and how long after an
+/// interval from there the first signal falls due: within the spacing to the second.
+const SIGNAL_MARGIN_NS: u64 = MS;
 
 const ECT0: u8 = 0b10;
 const ECT1: u8 = 0b01;
@@ -39,7 +48,7 @@ fn harness_isolating(limit_ns: u64, isolation: Isolation) -> Harness {
         isolation: isolation as u32,
         aqm: AqmParams {
             target_ns: MS,
-            interval_ns: 5 * MS,
+            interval_ns: INTERVAL_NS,
             limit_ns,
             mtu_bytes: FRAME as u32,
             flags: flags::ECN,
@@ -99,13 +108,19 @@ fn nth(frame: &[u8], i: usize) -> Vec<u8> {
     f
 }
 
-/// Queues a burst of the flow of `frame`, waits past the interval, and returns the outcome of
-/// the next packet (segment `BURST`): the one CoDel signals.
-fn standing_queue_then_one_more(h: &mut Harness, frame: &[u8]) -> shaper_tests::Outcome {
+/// Queues a burst of the flow of `frame` and waits past the interval: the queue has stood
+/// above target for longer than it.
+fn standing_queue(h: &mut Harness, frame: &[u8]) {
     for i in 0..BURST {
         assert_eq!(h.run(&nth(frame, i), &SkbContext::default()).verdict, PASS);
     }
-    sleep(Duration::from_millis(7));
+    sleep(PAST_THE_INTERVAL);
+}
+
+/// `standing_queue`, then the outcome of the next packet (segment `BURST`): the one CoDel
+/// signals.
+fn standing_queue_then_one_more(h: &mut Harness, frame: &[u8]) -> shaper_tests::Outcome {
+    standing_queue(h, frame);
     h.run(&nth(frame, BURST), &SkbContext::default())
 }
 
@@ -150,16 +165,40 @@ fn ecn_capable_ipv6_is_marked() {
 
 #[test]
 fn without_ecn_the_signal_is_a_drop_that_books_no_wire_time() {
-    let mut h = harness(1_000 * MS);
     let frame = tcp4_bulk(40_001, 0);
-    let out = standing_queue_then_one_more(&mut h, &frame);
-    assert_eq!(out.verdict, DROP);
+    // The queue stands from the burst's start; the first signal is due an interval later and
+    // the second an interval over the square root of two after that. The packet after the drop
+    // must come before the second to show that it books from where the burst ended.
+    let (h, next) = on_time("the second signal's time", || {
+        let mut h = harness(1_000 * MS);
+        let start = monotonic_now_ns();
+        for i in 0..BURST {
+            assert_eq!(h.run(&nth(&frame, i), &SkbContext::default()).verdict, PASS);
+        }
+        let stood_from = monotonic_now_ns();
+        if stood_from - start >= SIGNAL_MARGIN_NS {
+            return Err(stood_from - start);
+        }
+        // A spin, not a sleep: a timer's wake-up on a busy machine is late by more than the
+        // window.
+        while monotonic_now_ns() < start + INTERVAL_NS + SIGNAL_MARGIN_NS {
+            std::hint::spin_loop();
+        }
+        let out = h.run(&nth(&frame, BURST), &SkbContext::default());
+        assert_eq!(out.verdict, DROP);
+        let next = h.run(&nth(&frame, BURST + 1), &SkbContext::default());
+        let sent = monotonic_now_ns();
+        let second_due = start + INTERVAL_NS + SIGNAL_SPACING_NS;
+        if sent >= second_due {
+            return Err(sent - second_due);
+        }
+        Ok((h, next))
+    });
     let stats = h.view().stats;
     assert_eq!(stats.dropped[DropReason::Codel as usize], 1);
     assert_eq!(stats.ecn_marked, 0);
     // The flow's clock did not move for the dropped packet: the next one departs right after
-    // the burst (the signal is not due again for a while).
-    let next = h.run(&nth(&frame, BURST + 1), &SkbContext::default());
+    // the burst.
     assert_eq!(next.verdict, PASS);
     let flow = flow(&h, 40_001);
     assert_eq!(
@@ -202,10 +241,7 @@ fn a_drop_due_on_a_segment_that_ends_a_write_falls_on_the_flows_next_packet() {
 fn a_drop_never_falls_on_a_retransmission() {
     let mut h = harness(1_000 * MS);
     let bulk = tcp4_bulk(40_005, 0);
-    for i in 0..BURST {
-        assert_eq!(h.run(&nth(&bulk, i), &SkbContext::default()).verdict, PASS);
-    }
-    sleep(Duration::from_millis(7));
+    standing_queue(&mut h, &bulk);
     // The drop is due; the flow's first segment again and one that ends where the flow's data
     // does (retransmissions) both go on.
     for i in [0, BURST - 1] {
@@ -228,7 +264,7 @@ fn in_a_flow_of_several_connections_another_connections_segment_is_not_a_retrans
     for i in 0..BURST {
         assert_eq!(h.run(&nth(&a, i + 5), &SkbContext::default()).verdict, PASS);
     }
-    sleep(Duration::from_millis(7));
+    sleep(PAST_THE_INTERVAL);
     let b = h.run(&nth(&tcp4_bulk(40_007, 0), 1), &SkbContext::default());
     assert_eq!(
         b.verdict, DROP,
@@ -238,12 +274,21 @@ fn in_a_flow_of_several_connections_another_connections_segment_is_not_a_retrans
 
 #[test]
 fn the_hard_limit_drops_and_raises_blue() {
-    // A 10 ms limit: a burst of 20 frames (24 ms) overflows it after 8 or 9 of them.
-    let mut h = harness(10 * MS);
+    // A 10 ms limit: a burst of 20 frames (24 ms) overflows it after 8 or 9 of them, unless
+    // the burst itself took a frame's time.
     let frame = tcp4(40_002, ECT0);
-    let verdicts: Vec<u32> = (0..BURST)
-        .map(|_| h.run(&frame, &SkbContext::default()).verdict)
-        .collect();
+    let (h, verdicts) = on_time("a frame's time for the burst", || {
+        let mut h = harness(10 * MS);
+        let start = monotonic_now_ns();
+        let verdicts: Vec<u32> = (0..BURST)
+            .map(|_| h.run(&frame, &SkbContext::default()).verdict)
+            .collect();
+        let took = monotonic_now_ns() - start;
+        if took >= tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE)) {
+            return Err(took);
+        }
+        Ok((h, verdicts))
+    });
     let passed = verdicts.iter().filter(|v| **v == PASS).count();
     assert!((8..=10).contains(&passed), "{verdicts:?}");
     let stats = h.view().stats;
@@ -263,34 +308,44 @@ fn the_hard_limit_drops_and_raises_blue() {
 
 #[test]
 fn a_sparse_flow_departs_at_once_behind_a_queued_bulk_flow() {
-    let mut h = harness(1_000 * MS);
     let bulk = tcp4(40_003, 0);
-    let mut last = 0;
-    for _ in 0..BURST {
-        last = h.run(&bulk, &SkbContext::default()).ctx.tstamp();
-    }
-    let before = monotonic_now_ns();
-    assert!(
-        last > before + 15 * MS,
-        "the bulk flow is queued ~24 ms ahead"
-    );
-    // A ping-like packet of another flow: it leaves now, not behind the 24 ms.
     let sparse = tcp4(40_004, 0);
-    let out = h.run(&sparse, &SkbContext::default());
-    assert_eq!(out.verdict, PASS);
-    let after = monotonic_now_ns();
-    assert!(
-        out.ctx.tstamp() >= before && out.ctx.tstamp() <= after,
-        "departs at stamping time: {} not in [{before}, {after}]",
-        out.ctx.tstamp()
-    );
-    let sparse_before = h.view().stats.sparse;
-    assert!(
-        sparse_before >= 2,
-        "the bulk flow's first packet and this one"
-    );
+    let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
+    // Its second packet must come within its time at its level of the first to find the flow's
+    // clock still ahead.
+    let (h, sparse_before) = on_time("the sparse flow's time at its level", || {
+        let mut h = harness(1_000 * MS);
+        let mut last = 0;
+        for _ in 0..BURST {
+            last = h.run(&bulk, &SkbContext::default()).ctx.tstamp();
+        }
+        let before = monotonic_now_ns();
+        assert!(
+            last > before + 15 * MS,
+            "the bulk flow is queued ~24 ms ahead"
+        );
+        // A ping-like packet of another flow: it leaves now, not behind the 24 ms.
+        let out = h.run(&sparse, &SkbContext::default());
+        assert_eq!(out.verdict, PASS);
+        let after = monotonic_now_ns();
+        assert!(
+            out.ctx.tstamp() >= before && out.ctx.tstamp() <= after,
+            "departs at stamping time: {} not in [{before}, {after}]",
+            out.ctx.tstamp()
+        );
+        let sparse_before = h.view().stats.sparse;
+        assert!(
+            sparse_before >= 2,
+            "the bulk flow's first packet and this one"
+        );
+        h.run(&sparse, &SkbContext::default());
+        let again = monotonic_now_ns() - before;
+        if again >= tx {
+            return Err(again - tx);
+        }
+        Ok((h, sparse_before))
+    });
     // Its very next packet is no longer sparse: its own clock now runs ahead of now.
-    h.run(&sparse, &SkbContext::default());
     assert_eq!(h.view().stats.sparse, sparse_before);
 }
 
@@ -378,13 +433,8 @@ fn a_flow_found_idle_does_not_carry_its_next_frame_of_waits_to_its_clock() {
 /// packet (sparse), then, once its queue is empty but before it has been idle for a packet's
 /// time at its level, a second. Returns the harness, the packet, whether the second was sparse,
 /// when it was sent and when it departs.
-///
-/// The window is 3.2 ms wide; a loaded test machine can oversleep it (7 ms once in CI). A late
-/// try shows nothing about that window, so it is run again on a fresh harness, a few times.
 fn second_packet_within_twice_its_pace(pure_ack: bool) -> (Harness, Vec<u8>, bool, u64, u64) {
-    const TRIES: usize = 8;
-    let mut late_ms = Vec::new();
-    for _ in 0..TRIES {
+    on_time("twice its time at its level", || {
         let (mut h, small, tx) = small_flow_beside_overbooked_bulk(pure_ack);
         let first = h.run(&small, &SkbContext::default()).ctx.tstamp();
         assert!(first <= monotonic_now_ns(), "the first leaves at once");
@@ -396,13 +446,11 @@ fn second_packet_within_twice_its_pace(pure_ack: bool) -> (Harness, Vec<u8>, boo
         let sent = monotonic_now_ns();
         let second = h.run(&small, &SkbContext::default()).ctx.tstamp();
         if sent >= first + 2 * tx {
-            late_ms.push((sent - first) / MS);
-            continue;
+            return Err(sent - first);
         }
         let was_sparse = h.view().stats.sparse > sparse;
-        return (h, small, was_sparse, sent, second);
-    }
-    panic!("never sent within twice its time at its level in {TRIES} tries: {late_ms:?} ms late");
+        Ok((h, small, was_sparse, sent, second))
+    })
 }
 
 #[test]
@@ -477,34 +525,42 @@ fn scheduled_delay_is_histogrammed_per_frame() {
 
 #[test]
 fn sparse_packets_borrow_their_wire_time_from_the_future() {
-    let mut h = harness(1_000 * MS);
     let tx = tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE));
     let bin = config(RATE, 10_000 * MS).calendar_bin_ns;
-    // The calendar booked solid for three bins by bulk flows of their own (each flow's queue
-    // stays under the AQM's floor: two frames each).
     let bins_ahead = 3;
-    let frames = (bins_ahead * (bin + bin / 16) / tx + 1) as u16;
-    for port in 0..frames / 2 {
-        for _ in 0..2 {
-            h.run(&tcp4(41_000 + port, 0), &SkbContext::default());
-        }
-    }
-    // Sparse packets leave at once, each from a flow of its own...
-    let start = monotonic_now_ns();
     let sparse = 20u16;
-    for port in 0..sparse {
-        let out = h.run(&tcp4(42_000 + port, 0), &SkbContext::default());
-        assert!(
-            out.ctx.tstamp() <= monotonic_now_ns(),
-            "sparse leaves at once"
-        );
-    }
-    // ...and a new bulk flow's second packet, pushed past the booked bins, now also queues
-    // behind the wire time they took there.
-    let probe = tcp4(43_000, 0);
-    h.run(&probe, &SkbContext::default());
-    let depart = h.run(&probe, &SkbContext::default()).ctx.tstamp();
-    let booked_end = (start / bin + bins_ahead) * bin;
+    // The bookings below take a fraction of a bin; a run that was descheduled past the bin it
+    // began in no longer finds the calendar booked solid ahead of the probe.
+    let (booked_end, depart) = on_time("the bin the bookings began in", || {
+        let mut h = harness(1_000 * MS);
+        let begin = monotonic_now_ns();
+        // The calendar booked solid for three bins by bulk flows of their own (each flow's
+        // queue stays under the AQM's floor: two frames each).
+        let frames = (bins_ahead * (bin + bin / 16) / tx + 1) as u16;
+        for port in 0..frames / 2 {
+            for _ in 0..2 {
+                h.run(&tcp4(41_000 + port, 0), &SkbContext::default());
+            }
+        }
+        // Sparse packets leave at once, each from a flow of its own...
+        for port in 0..sparse {
+            let out = h.run(&tcp4(42_000 + port, 0), &SkbContext::default());
+            assert!(
+                out.ctx.tstamp() <= monotonic_now_ns(),
+                "sparse leaves at once"
+            );
+        }
+        // ...and a new bulk flow's second packet, pushed past the booked bins, now also
+        // queues behind the wire time they took there.
+        let probe = tcp4(43_000, 0);
+        h.run(&probe, &SkbContext::default());
+        let depart = h.run(&probe, &SkbContext::default()).ctx.tstamp();
+        let end = monotonic_now_ns();
+        if end / bin != begin / bin {
+            return Err(end - begin);
+        }
+        Ok(((begin / bin + bins_ahead) * bin, depart))
+    });
     assert!(
         depart >= booked_end + (sparse as u64 - 2) * tx,
         "the bulk packet leaves after the sparse packets' borrowed time: {} ms after the \
