@@ -172,7 +172,37 @@ impl Followed {
             kept
         });
     }
+
+    /// Gives back the memory of slots a flood left behind: once fewer than a quarter of them
+    /// are followed, the followed ones move into slots sized for twice their number (room to
+    /// grow before the next reallocation, and no repacking while the count hovers). Moves
+    /// slots: only between ticks, when no slot number is held.
+    fn compact(&mut self) {
+        let followed = self.index.len();
+        if self.slots.len() <= COMPACT_FROM_SLOTS || followed * 4 >= self.slots.len() {
+            return;
+        }
+        let mut slots = Vec::with_capacity(followed * 2);
+        for slot in self.index.values_mut() {
+            slots.push(std::mem::take(&mut self.slots[*slot]));
+            *slot = slots.len() - 1;
+        }
+        self.slots = slots;
+        self.free = Vec::new();
+        self.index.shrink_to(followed * 2);
+    }
+
+    /// Bytes held for following hosts (slots, the free list and the index's entries).
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Seen>()
+            + self.free.capacity() * std::mem::size_of::<usize>()
+            + self.index.capacity() * std::mem::size_of::<(FlowKey, usize)>()
+    }
 }
+
+/// Below this many slots, `Followed` is not worth repacking.
+const COMPACT_FROM_SLOTS: usize = 1024;
 
 /// Largest factor by which a host's flow level may exceed its fair value.
 const MAX_BOOST: f64 = 1.5;
@@ -435,6 +465,7 @@ impl Controller {
             trace!(left_out, "host rates full");
         }
         dp.set_levels(&levels)?;
+        self.seen.compact();
         self.tick_ns = monotonic_now_ns().saturating_sub(now);
         self.max_tick_ns = self.max_tick_ns.max(self.tick_ns);
         self.tick_cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
@@ -558,6 +589,42 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn hosts_left_after_a_flood_are_repacked_and_its_memory_given_back() {
+        let key = |n: u32| FlowKey {
+            src: [n, 0, 0, 0],
+            family: 4,
+            ..Default::default()
+        };
+        let mut followed = Followed::default();
+        for n in 0..20_000 {
+            let slot = followed.slot(key(n));
+            followed.slots[slot].silent_ticks = n;
+        }
+        let flooded = followed.bytes();
+        // The flood goes; one host in a hundred stays. Nothing moves while a tick may hold
+        // slot numbers, and the repacking keeps each host's state under its key.
+        followed.retain(|k, _| k.src[0] % 100 == 0);
+        assert_eq!(followed.slots.len(), 20_000);
+        followed.compact();
+        assert_eq!(followed.index.len(), 200);
+        for n in (0..20_000).step_by(100) {
+            let slot = followed.index[&key(n)];
+            assert_eq!(followed.slots[slot].silent_ticks, n);
+        }
+        assert!(
+            followed.bytes() * 20 < flooded,
+            "{} bytes after, {flooded} during the flood",
+            followed.bytes()
+        );
+        // New hosts reuse the room left, and a small table is not repacked.
+        let slot = followed.slot(key(1));
+        assert_eq!(followed.slots[slot].silent_ticks, 0);
+        followed.retain(|_, _| false);
+        followed.compact();
+        assert_eq!(followed.slots.len(), 201, "below COMPACT_FROM_SLOTS");
     }
 
     #[test]

@@ -50,7 +50,7 @@ use crate::{
     },
     metrics::{self, Direction, status::Monitor},
     netlink::Socket,
-    notify, probe, runtime, shape,
+    notify, priority, probe, runtime, shape,
     spares::Spares,
 };
 
@@ -105,6 +105,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         info!("metrics at http://{addr}/metrics");
     }
 
+    // This thread runs the control loop; the metrics and event threads, started above, stay
+    // at the process's priority.
+    match priority::raise_this_thread() {
+        Ok(nice) => info!("control loop at nice {nice}"),
+        Err(e) => warn!(
+            "control loop left at the process's priority (nice {} wanted): {e}",
+            priority::CONTROL_NICE
+        ),
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
