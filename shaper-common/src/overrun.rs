@@ -16,6 +16,14 @@
 //! never run ahead of the rate by more than the burst over any span of time (whatever the
 //! control loop's levels and the calendar's slack), and a departure process at or below the
 //! rate is never charged.
+//!
+//! Where the device stands behind the bottleneck (ingress, on an IFB: its packets crossed the
+//! link already, and what it sends goes to the local stack or a faster LAN), nothing queues
+//! behind it for a clump to fill. There a packet that leaves late leaves no earlier than its
+//! departure time, which the calendar booked at the rate: the meter may stand back to that time
+//! (`credit_floor`), and a stall's clump of packets that were due is not charged, as CAKE's
+//! shaper sends its backlog on after a stall. Departures still never run ahead of the
+//! departure times by more than the burst, so the long-run rate stays the rate.
 
 /// What the dequeue observer reads, and where: the shaped device, and the offsets of the kernel
 /// structures' members it needs, from the running kernel's BTF (they move between kernels and
@@ -35,6 +43,9 @@ pub struct DequeueWatch {
     pub dev_net: u32,
     /// `struct net`: its namespace's inode number (`ns.inum`).
     pub net_inum: u32,
+    /// 1 when the device stands behind the bottleneck (ingress): a packet's lateness is not
+    /// charged (`credit_floor`), else 0.
+    pub behind_bottleneck: u32,
 }
 
 /// The meter's depth in calendar bins: what the calendar itself lets leave ahead of the rate. It lends priority packets up to its span ahead of the bookings (the bulk repays
@@ -59,6 +70,33 @@ pub const fn within_burst(meter_ns: u64, now_ns: u64, bin_ns: u64, burst_ns: u64
     meter_ns.saturating_add(bin_ns) < now_ns.saturating_add(burst_ns)
 }
 
+/// Where a departing packet was due, as the meter goes by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// In front of the bottleneck: its departure time does not matter.
+    InFront,
+    /// Behind the bottleneck, at its departure time (CLOCK_MONOTONIC ns; zero when it has none:
+    /// the data path passed it unshaped).
+    Behind(u64),
+}
+
+/// The earliest the meter may stand when a packet `due` leaves at `now_ns`: a burst behind
+/// now, so that an idle device earns no more credit; behind the bottleneck, the packet's
+/// departure time when that is earlier and within `horizon_ns` of now (anything older is not a
+/// departure time the calendar booked). A packet with none (passed unshaped) there takes its
+/// wire time from wherever the meter stands, up to the horizon back: it neither ends a stall's
+/// credit for the booked packets after it nor is charged for it.
+pub const fn credit_floor(now_ns: u64, burst_ns: u64, due: Due, horizon_ns: u64) -> u64 {
+    let floor = now_ns.saturating_sub(burst_ns);
+    let oldest = now_ns.saturating_sub(horizon_ns);
+    match due {
+        Due::InFront => floor,
+        Due::Behind(0) => oldest,
+        Due::Behind(at) if at < floor && at >= oldest => at,
+        Due::Behind(_) => floor,
+    }
+}
+
 /// One departure through the meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Metered {
@@ -69,14 +107,17 @@ pub struct Metered {
     pub charge_ns: u64,
 }
 
-/// A packet of wire time `tx_ns` leaving at `now_ns` through a meter at `meter_ns`, `burst_ns`
-/// deep. The meter never lags `now` by more than the burst (an idle device earns no more
-/// credit); the packet takes its wire time from it; whatever then stands ahead of `now` (up to
-/// the packet's own wire time: the rest was charged to earlier packets) left ahead of the rate
-/// and is charged, and taken off the meter, since the calendar's bookings repay it.
-pub const fn meter(meter_ns: u64, now_ns: u64, tx_ns: u64, burst_ns: u64) -> Metered {
-    let floor = now_ns.saturating_sub(burst_ns);
-    let start = if meter_ns > floor { meter_ns } else { floor };
+/// A packet of wire time `tx_ns` leaving at `now_ns` through a meter at `meter_ns`, which
+/// never stands behind `floor_ns` (`credit_floor`). The packet takes its wire time from it;
+/// whatever then stands ahead of `now` (up to the packet's own wire time: the rest was charged
+/// to earlier packets) left ahead of the rate and is charged, and taken off the meter, since
+/// the calendar's bookings repay it.
+pub const fn meter(meter_ns: u64, now_ns: u64, tx_ns: u64, floor_ns: u64) -> Metered {
+    let start = if meter_ns > floor_ns {
+        meter_ns
+    } else {
+        floor_ns
+    };
     let end = start.saturating_add(tx_ns);
     let ahead = end.saturating_sub(now_ns);
     let charge_ns = if ahead < tx_ns { ahead } else { tx_ns };
@@ -86,7 +127,7 @@ pub const fn meter(meter_ns: u64, now_ns: u64, tx_ns: u64, burst_ns: u64) -> Met
     }
 }
 
-const _: () = assert!(core::mem::size_of::<DequeueWatch>() == 32);
+const _: () = assert!(core::mem::size_of::<DequeueWatch>() == 36);
 
 // SAFETY: plain `#[repr(C)]` integers with no implicit padding (asserted above).
 #[cfg(feature = "user")]
@@ -99,12 +140,19 @@ mod tests {
     const MS: u64 = 1_000_000;
     const TX: u64 = 120_000;
 
+    const HORIZON: u64 = 2_000 * MS;
+
+    /// The floor of a device in front of the bottleneck: no departure time to go by.
+    fn in_front(now: u64, burst: u64) -> u64 {
+        credit_floor(now, burst, Due::InFront, HORIZON)
+    }
+
     /// Runs departures at the given times through a fresh meter; the total charge.
     fn charged(times: impl IntoIterator<Item = u64>, burst: u64) -> u64 {
         let mut m = 0;
         let mut total = 0;
         for now in times {
-            let step = meter(m, now, TX, burst);
+            let step = meter(m, now, TX, in_front(now, burst));
             m = step.meter_ns;
             total += step.charge_ns;
         }
@@ -160,7 +208,7 @@ mod tests {
         let mut m = 0;
         let mut charge = 0;
         for _ in 0..clump {
-            let s = meter(m, start, TX, burst);
+            let s = meter(m, start, TX, in_front(start, burst));
             m = s.meter_ns;
             charge += s.charge_ns;
         }
@@ -169,7 +217,8 @@ mod tests {
         // leave at the rate from the end of the burst on.
         let mut after = 0;
         for i in 0..1_000 {
-            let s = meter(m, start + burst + i * TX, TX, burst);
+            let now = start + burst + i * TX;
+            let s = meter(m, now, TX, in_front(now, burst));
             m = s.meter_ns;
             after += s.charge_ns;
         }
@@ -191,7 +240,7 @@ mod tests {
             seed ^= seed << 17;
             // Gaps from nothing (a clump) to three wire times.
             now += seed % (3 * TX);
-            let s = meter(m, now, TX, burst);
+            let s = meter(m, now, TX, in_front(now, burst));
             m = s.meter_ns;
             sent += TX;
             charged += s.charge_ns;
@@ -203,15 +252,112 @@ mod tests {
     fn an_idle_device_earns_no_more_than_the_burst() {
         let burst = 2 * MS;
         // Idle for a second, then a clump of 50 wire times.
-        let m = meter(0, 10_000 * MS, TX, burst).meter_ns;
+        let m = meter(0, 10_000 * MS, TX, in_front(10_000 * MS, burst)).meter_ns;
         let later = 10_001 * MS;
         let mut state = m;
         let mut charge = 0;
         for _ in 0..50 {
-            let s = meter(state, later, TX, burst);
+            let s = meter(state, later, TX, in_front(later, burst));
             state = s.meter_ns;
             charge += s.charge_ns;
         }
         assert_eq!(charge, 50 * TX - burst);
+    }
+
+    #[test]
+    fn behind_the_bottleneck_a_stalls_clump_of_packets_that_were_due_is_not_charged() {
+        let start = 10_000 * MS;
+        let burst = 2 * MS;
+        // Booked at the rate from `start`; a 300 ms stall; all of them leave at its end.
+        let n = 300 * MS / TX;
+        let resumed = start + n * TX;
+        let (mut m, mut behind, mut in_front_of_it) = (0, 0, 0);
+        let mut m2 = 0;
+        for i in 0..n {
+            let due = start + i * TX;
+            let s = meter(
+                m,
+                resumed,
+                TX,
+                credit_floor(resumed, burst, Due::Behind(due), HORIZON),
+            );
+            m = s.meter_ns;
+            behind += s.charge_ns;
+            let s = meter(m2, resumed, TX, in_front(resumed, burst));
+            m2 = s.meter_ns;
+            in_front_of_it += s.charge_ns;
+        }
+        assert_eq!(behind, 0);
+        assert_eq!(in_front_of_it, n * TX - burst);
+    }
+
+    #[test]
+    fn behind_the_bottleneck_departures_never_run_ahead_of_their_departure_times() {
+        // Packets booked at the rate leave late by anything from nothing to 400 ms (stalls),
+        // in order; some leave early, up to a wire time (a bin's bookings together). What left
+        // minus what was charged fits in the time from the first departure time at the rate,
+        // plus the burst.
+        let burst = 2 * MS;
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let first = 10_000 * MS;
+        let (mut m, mut sent, mut charged, mut now) = (0, 0, 0, first);
+        for i in 0..100_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let due = first + i * TX;
+            let late = match seed % 100 {
+                0 => seed % (400 * MS),
+                _ => 0,
+            };
+            now = now.max((due + late).saturating_sub(seed % TX));
+            let s = meter(
+                m,
+                now,
+                TX,
+                credit_floor(now, burst, Due::Behind(due), HORIZON),
+            );
+            m = s.meter_ns;
+            sent += TX;
+            charged += s.charge_ns;
+            assert!(sent - charged <= now - first + burst + TX, "packet {i}");
+        }
+    }
+
+    #[test]
+    fn a_departure_time_beyond_the_horizon_or_ahead_gives_no_more_than_the_burst() {
+        let now = 10_000 * MS;
+        let burst = 2 * MS;
+        let floor = |due| credit_floor(now, burst, due, HORIZON);
+        assert_eq!(floor(Due::InFront), now - burst);
+        assert_eq!(floor(Due::Behind(now - HORIZON - 1)), now - burst);
+        assert_eq!(floor(Due::Behind(now - HORIZON)), now - HORIZON);
+        assert_eq!(
+            floor(Due::Behind(now - MS)),
+            now - burst,
+            "a burst's credit"
+        );
+        assert_eq!(floor(Due::Behind(now + MS)), now - burst, "early");
+    }
+
+    #[test]
+    fn behind_the_bottleneck_an_unshaped_packet_in_a_stalls_clump_ends_no_credit() {
+        let start = 10_000 * MS;
+        let burst = 2 * MS;
+        let n = 300 * MS / TX;
+        let resumed = start + (n + 1) * TX;
+        let (mut m, mut charge) = (0, 0);
+        for i in 0..n {
+            let due = if i == n / 2 { 0 } else { start + i * TX };
+            let s = meter(
+                m,
+                resumed,
+                TX,
+                credit_floor(resumed, burst, Due::Behind(due), HORIZON),
+            );
+            m = s.meter_ns;
+            charge += s.charge_ns;
+        }
+        assert_eq!(charge, 0);
     }
 }

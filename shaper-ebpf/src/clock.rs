@@ -85,17 +85,17 @@ pub unsafe fn advance(clock: *mut u64, to_ns: u64) {
     }
 }
 
-/// Passes a departure of `tx_ns` at `now_ns` through the meter at `meter` (`overrun::meter`):
-/// the wire time that left ahead of the rate. When the races are lost the departure is added
+/// Passes a departure of `tx_ns` at `now_ns` through the meter at `meter`, which never stands
+/// behind `floor_ns` (`overrun::meter`): the wire time that left ahead of the rate. When the races are lost the departure is added
 /// without a charge: the meter never loses wire time, so the next departures are charged.
 ///
 /// # Safety
 /// `meter` must point into a map value that stays valid for the program's run.
 #[inline(always)]
-pub unsafe fn meter(meter: *mut u64, now_ns: u64, tx_ns: u64, burst_ns: u64) -> u64 {
+pub unsafe fn meter(meter: *mut u64, now_ns: u64, tx_ns: u64, floor_ns: u64) -> u64 {
     let mut current = unsafe { core::ptr::read_volatile(meter) };
     for _ in 0..CAS_ATTEMPTS {
-        let step = overrun::meter(current, now_ns, tx_ns, burst_ns);
+        let step = overrun::meter(current, now_ns, tx_ns, floor_ns);
         let (seen, swapped) =
             unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(meter, current, step.meter_ns) };
         if swapped {

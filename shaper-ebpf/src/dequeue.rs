@@ -46,13 +46,23 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
         return None;
     }
     let len: u32 = read(skb, watch.skb_len)?;
+    // In front of the bottleneck, a stall's clump fills its queue whenever the packets were
+    // due: no departure time to go by.
+    let due = if watch.behind_bottleneck != 0 {
+        overrun::Due::Behind(read(skb, watch.skb_tstamp)?)
+    } else {
+        overrun::Due::InFront
+    };
     let config = CONFIG.get(0)?;
     let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     let meter = calendar::DEPARTURES.get_ptr_mut(0)?;
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     let burst = overrun::burst_ns(config.calendar_bin_ns);
+    let floor = overrun::credit_floor(now, burst, due, config.horizon_ns);
     // SAFETY: a map value, valid for the program's run.
-    let owed = unsafe { clock::meter(meter, bpf_ktime_get_ns(), tx, burst) };
+    let owed = unsafe { clock::meter(meter, now, tx, floor) };
     if owed == 0 {
         return None;
     }

@@ -411,12 +411,14 @@ impl Datapath {
     }
 
     /// Watches the qdisc of the device `ifindex` (in this process's network namespace) for
-    /// packets leaving late, and charges the calendar for them (`shaper_common::lateness`).
+    /// packets leaving ahead of the rate, and charges the calendar for them
+    /// (`shaper_common::overrun`; `behind_bottleneck`: the device is an ingress IFB).
     /// Needs the kernel's BTF for where the observer reads; it detaches with the data path.
-    pub fn watch_dequeue(&mut self, ifindex: u32) -> Result<(), BpfError> {
+    pub fn watch_dequeue(&mut self, ifindex: u32, behind_bottleneck: bool) -> Result<(), BpfError> {
         // Interface indexes are per namespace: ours is the one this process runs in.
         let watch = DequeueWatch {
             ifindex,
+            behind_bottleneck: behind_bottleneck as u32,
             netns_inum: std::fs::metadata("/proc/self/ns/net")
                 .map_err(BpfError::Netns)?
                 .ino() as u32,

@@ -353,6 +353,10 @@ pub struct Settings {
     /// Split GSO packets built elsewhere (forwarded, GRO) through the segmenter: with
     /// `split_gso`, except on the ingress direction's IFB (see `segmenter`).
     pub segmenter: bool,
+    /// The device stands behind the bottleneck (the ingress direction's IFB: its packets
+    /// crossed the link already): a packet leaving late after a stall is not charged for its
+    /// lateness (`shaper_common::overrun::credit_floor`).
+    pub behind_bottleneck: bool,
     pub diffserv: Diffserv,
     /// Clear the DSCP after classification.
     pub wash: bool,
@@ -500,6 +504,7 @@ impl Settings {
             ecn,
             split_gso,
             segmenter: split_gso,
+            behind_bottleneck: false,
             diffserv,
             wash,
             fwmark_mask,
@@ -514,6 +519,7 @@ impl Settings {
                 fq: fq_params(rate_bps, rtt_ns, horizon_ns, &fq_given)?,
                 // Filtering ACKs is for the direction that carries them out (the uplink).
                 ack_filter: AckFilter::Off,
+                behind_bottleneck: true,
                 ..egress.clone()
             })),
             None => None,

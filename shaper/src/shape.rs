@@ -444,7 +444,10 @@ impl Part for Programs {
         }
         let name = &cx.iface.name;
         // Shaping works without it; only a stall's clump then goes uncharged.
-        if let Err(e) = cx.datapath.watch_dequeue(cx.iface.ifindex) {
+        if let Err(e) = cx
+            .datapath
+            .watch_dequeue(cx.iface.ifindex, self.settings.behind_bottleneck)
+        {
             warn!(
                 "not watching {name} for packets leaving late (a stall's clump goes uncharged): {e}"
             );

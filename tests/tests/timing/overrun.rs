@@ -152,13 +152,13 @@ fn send_at(sock: &UdpSocket, at_ns: u64) {
 }
 
 /// The data path at 1 Mbit/s watching a link whose tbf releases at `tbf_rate`, and a socket
-/// whose datagrams carry departure times.
-fn watched(tbf_rate: &str) -> (Harness, SlowLink, UdpSocket, u64) {
+/// whose datagrams carry departure times. `behind_bottleneck`: as the ingress direction's IFB.
+fn watched(tbf_rate: &str, behind_bottleneck: bool) -> (Harness, SlowLink, UdpSocket, u64) {
     let config = with_short_bins(config(RATE_BPS, 1_000_000_000));
     let mut h = Harness::new(config);
     let link = SlowLink::new(tbf_rate);
     h.datapath
-        .watch_dequeue(link.ifindex())
+        .watch_dequeue(link.ifindex(), behind_bottleneck)
         .expect("attach the dequeue observer");
     let tx = edt::tx_time_ns(FRAME, config.ns_per_byte_fp);
     (h, link, timed_socket(), tx)
@@ -167,7 +167,7 @@ fn watched(tbf_rate: &str) -> (Harness, SlowLink, UdpSocket, u64) {
 #[test]
 fn packets_released_late_but_no_faster_than_the_rate_are_not_charged() {
     // Just under the data path's rate: a 1,042-byte frame every 8.4 ms.
-    let (h, _link, sock, _) = watched("990kbit");
+    let (h, _link, sock, _) = watched("990kbit", false);
     // All due now: tbf releases them one by one, the last 160 ms after its departure time,
     // as fq's timer does on a busy CPU. The device never sent faster than the rate.
     for _ in 0..20 {
@@ -185,7 +185,7 @@ fn packets_released_late_but_no_faster_than_the_rate_are_not_charged() {
 #[test]
 fn a_clump_released_ahead_of_the_rate_is_charged_what_it_sent_beyond_the_burst() {
     // A hundred times the data path's rate: the clump leaves within 2 ms.
-    let (h, _link, sock, tx) = watched("100mbit");
+    let (h, _link, sock, tx) = watched("100mbit", false);
     let config = h.datapath.config();
     let burst = overrun::burst_ns(config.calendar_bin_ns);
 
@@ -219,5 +219,41 @@ fn a_clump_released_ahead_of_the_rate_is_charged_what_it_sent_beyond_the_burst()
         stats.overrun_packets >= clump - burst / tx - 1,
         "{} of {clump} frames charged",
         stats.overrun_packets
+    );
+}
+
+#[test]
+fn behind_the_bottleneck_a_stalls_clump_is_charged_only_what_left_ahead_of_its_departure_times() {
+    let (h, _link, sock, tx) = watched("100mbit", true);
+    let config = h.datapath.config();
+    let burst = overrun::burst_ns(config.calendar_bin_ns);
+    let clump = 20;
+    // Booked at the rate and due over the last 170 ms, held by a stall, released together:
+    // each leaves after its departure time, and nothing is charged.
+    sleep(Duration::from_millis(100));
+    let base = monotonic_now_ns() - clump * tx - 2 * burst;
+    for i in 0..clump {
+        send_at(&sock, base + i * tx);
+    }
+    sleep(Duration::from_millis(100));
+    let late = h.view().stats;
+    assert_eq!(
+        (late.overrun_packets, late.overrun_ns),
+        (0, 0),
+        "packets that left after their departure times were charged"
+    );
+    // The same clump all due now leaves ahead of the rate as from an idle device: charged
+    // beyond the burst, as in front of the bottleneck.
+    sleep(Duration::from_millis(250));
+    for _ in 0..clump {
+        send_at(&sock, monotonic_now_ns());
+    }
+    sleep(Duration::from_millis(100));
+    let stats = h.view().stats;
+    let expected = clump * tx - burst;
+    assert!(
+        stats.overrun_ns <= expected && stats.overrun_ns + tx / 2 >= expected,
+        "charged {} ns for a clump of {clump} frames of {tx} ns with a {burst} ns burst",
+        stats.overrun_ns
     );
 }
