@@ -147,6 +147,31 @@ mod tests {
         credit_floor(now, burst, Due::InFront, HORIZON)
     }
 
+    /// Packets due at `dues` all leaving at `at` through a fresh meter behind the bottleneck;
+    /// the total charge.
+    fn clump_behind(dues: impl IntoIterator<Item = u64>, at: u64, burst: u64) -> u64 {
+        let (mut m, mut total) = (0, 0);
+        for due in dues {
+            let s = meter(
+                m,
+                at,
+                TX,
+                credit_floor(at, burst, Due::Behind(due), HORIZON),
+            );
+            m = s.meter_ns;
+            total += s.charge_ns;
+        }
+        total
+    }
+
+    /// The next of a fixed xorshift sequence.
+    fn next_random(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
     /// Runs departures at the given times through a fresh meter; the total charge.
     fn charged(times: impl IntoIterator<Item = u64>, burst: u64) -> u64 {
         let mut m = 0;
@@ -235,9 +260,7 @@ mod tests {
         let mut now = 10_000 * MS;
         let (first, mut sent, mut charged) = (now, 0, 0);
         for _ in 0..100_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            let seed = next_random(&mut seed);
             // Gaps from nothing (a clump) to three wire times.
             now += seed % (3 * TX);
             let s = meter(m, now, TX, in_front(now, burst));
@@ -271,22 +294,8 @@ mod tests {
         // Booked at the rate from `start`; a 300 ms stall; all of them leave at its end.
         let n = 300 * MS / TX;
         let resumed = start + n * TX;
-        let (mut m, mut behind, mut in_front_of_it) = (0, 0, 0);
-        let mut m2 = 0;
-        for i in 0..n {
-            let due = start + i * TX;
-            let s = meter(
-                m,
-                resumed,
-                TX,
-                credit_floor(resumed, burst, Due::Behind(due), HORIZON),
-            );
-            m = s.meter_ns;
-            behind += s.charge_ns;
-            let s = meter(m2, resumed, TX, in_front(resumed, burst));
-            m2 = s.meter_ns;
-            in_front_of_it += s.charge_ns;
-        }
+        let behind = clump_behind((0..n).map(|i| start + i * TX), resumed, burst);
+        let in_front_of_it = charged(core::iter::repeat_n(resumed, n as usize), burst);
         assert_eq!(behind, 0);
         assert_eq!(in_front_of_it, n * TX - burst);
     }
@@ -302,9 +311,7 @@ mod tests {
         let first = 10_000 * MS;
         let (mut m, mut sent, mut charged, mut now) = (0, 0, 0, first);
         for i in 0..100_000u64 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            let seed = next_random(&mut seed);
             let due = first + i * TX;
             let late = match seed % 100 {
                 0 => seed % (400 * MS),
@@ -346,18 +353,7 @@ mod tests {
         let burst = 2 * MS;
         let n = 300 * MS / TX;
         let resumed = start + (n + 1) * TX;
-        let (mut m, mut charge) = (0, 0);
-        for i in 0..n {
-            let due = if i == n / 2 { 0 } else { start + i * TX };
-            let s = meter(
-                m,
-                resumed,
-                TX,
-                credit_floor(resumed, burst, Due::Behind(due), HORIZON),
-            );
-            m = s.meter_ns;
-            charge += s.charge_ns;
-        }
-        assert_eq!(charge, 0);
+        let dues = (0..n).map(|i| if i == n / 2 { 0 } else { start + i * TX });
+        assert_eq!(clump_behind(dues, resumed, burst), 0);
     }
 }
