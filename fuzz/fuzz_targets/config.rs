@@ -53,10 +53,12 @@ fn check_bounds(s: &Settings) {
     if let Some(ingress) = &s.ingress {
         assert!(ingress.ingress.is_none());
         assert_eq!(ingress.ack_filter, AckFilter::Off);
+        assert!(ingress.behind_bottleneck && !s.behind_bottleneck);
         let as_egress = Settings {
             rate_bps: s.rate_bps,
             fq: s.fq,
             ack_filter: s.ack_filter,
+            behind_bottleneck: s.behind_bottleneck,
             ingress: s.ingress.clone(),
             ..(**ingress).clone()
         };
