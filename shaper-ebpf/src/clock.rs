@@ -86,8 +86,9 @@ pub unsafe fn advance(clock: *mut u64, to_ns: u64) {
 }
 
 /// Passes a departure of `tx_ns` at `now_ns` through the meter at `meter`, which never stands
-/// behind `floor_ns` (`overrun::meter`): the wire time that left ahead of the rate. When the races are lost the departure is added
-/// without a charge: the meter never loses wire time, so the next departures are charged.
+/// behind `floor_ns` (`overrun::meter`): the wire time that left ahead of the rate. When the
+/// races are lost the departure is added without a charge: the meter never loses wire time, so
+/// the next departures are charged.
 ///
 /// # Safety
 /// `meter` must point into a map value that stays valid for the program's run.

@@ -449,7 +449,7 @@ impl Part for Programs {
             .watch_dequeue(cx.iface.ifindex, self.settings.behind_bottleneck)
         {
             warn!(
-                "not watching {name} for packets leaving late (a stall's clump goes uncharged): {e}"
+                "not watching {name} for packets leaving ahead of the rate (a stall's clump goes uncharged): {e}"
             );
         }
         Ok(())

@@ -174,12 +174,7 @@ fn packets_released_late_but_no_faster_than_the_rate_are_not_charged() {
         send_at(&sock, monotonic_now_ns());
     }
     sleep(Duration::from_millis(300));
-    let stats = h.view().stats;
-    assert_eq!(
-        (stats.overrun_packets, stats.overrun_ns),
-        (0, 0),
-        "late departures at the rate were charged"
-    );
+    nothing_charged(&h, "late departures at the rate were charged");
 }
 
 #[test]
@@ -194,16 +189,18 @@ fn a_clump_released_ahead_of_the_rate_is_charged_what_it_sent_beyond_the_burst()
         send_at(&sock, monotonic_now_ns());
         sleep(Duration::from_millis(25));
     }
-    let spaced = h.view().stats;
-    assert_eq!(
-        (spaced.overrun_packets, spaced.overrun_ns),
-        (0, 0),
-        "packets that left at the rate were charged"
-    );
+    nothing_charged(&h, "packets that left at the rate were charged");
 
     // Idle long enough for the meter to hold its whole burst, then a clump.
     sleep(Duration::from_millis(100));
     clump_due_now_is_charged_beyond_the_burst(&h, &sock, tx, burst);
+}
+
+/// Checks that the meter has charged nothing so far; `why` names what would have been wrongly
+/// charged.
+fn nothing_charged(h: &Harness, why: &str) {
+    let stats = h.view().stats;
+    assert_eq!((stats.overrun_packets, stats.overrun_ns), (0, 0), "{why}");
 }
 
 /// Sends 20 frames all due now, which leave together, and checks that what they sent beyond
@@ -245,11 +242,9 @@ fn behind_the_bottleneck_a_stalls_clump_is_charged_only_what_left_ahead_of_its_d
         send_at(&sock, base + i * tx);
     }
     sleep(Duration::from_millis(100));
-    let late = h.view().stats;
-    assert_eq!(
-        (late.overrun_packets, late.overrun_ns),
-        (0, 0),
-        "packets that left after their departure times were charged"
+    nothing_charged(
+        &h,
+        "packets that left after their departure times were charged",
     );
     // The same clump all due now leaves ahead of the rate as from an idle device: charged
     // beyond the burst, as in front of the bottleneck.
