@@ -28,8 +28,7 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
     abi::LENT,
-    branchless, calendar as bins,
-    overrun::{self, departures},
+    branchless, calendar as bins, overrun,
     sizing::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
 };
 
@@ -58,12 +57,11 @@ const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// threshold bounds this debt; nothing needs its size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
-/// What the dequeue observer keeps of the device's departures, shared by every CPU that
-/// dequeues it: the departure meter (`overrun::meter`), the link at the rate
-/// (`overrun::link_idle`) and the slack's credit (`overrun::earned`), which the bookings that
-/// take a bin past its width spend (`bins::slack_spent`).
+/// The departure meter (`overrun::meter`), which the dequeue observer moves, shared by every
+/// CPU that dequeues the device: whether its departures have room left in the meter's burst
+/// decides the bins' slack (`bins::capacity`).
 #[map(name = "SHAPER_DEPARTURES")]
-pub static DEPARTURES: Array<u64> = Array::with_max_entries(departures::WORDS, 0);
+pub static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
 
 /// `book`'s flags.
 pub const PRIORITY: u64 = 1;
@@ -237,10 +235,10 @@ fn terms(now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) 
     let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
     let lent_to = bins::lends(priority, tin_first, lent, lend_limit);
     // SAFETY: map value, valid for the run; a stale read moves the slack by one packet.
-    let credit = DEPARTURES
-        .get_ptr(departures::SLACK_CREDIT)
-        .map_or(0, |c| unsafe { core::ptr::read_volatile(c) });
-    let room = overrun::slack_left(credit) as u64;
+    let meter = DEPARTURES
+        .get_ptr(0)
+        .map_or(0, |m| unsafe { core::ptr::read_volatile(m) });
+    let room = overrun::within_burst(meter, now_ns, bin_ns, overrun::burst_ns(bin_ns)) as u64;
     Terms {
         capacity: bins::capacity(bin_ns, (priority as u64 & (lent_to ^ 1)) | (room ^ 1)),
         lent_to,
@@ -317,8 +315,6 @@ fn step(
     }
     if beyond && used + take > capacity {
         owe(OVERFLOW_SLOT, bins::beyond_capacity(used, take, capacity));
-    } else {
-        spend_slack(bins::slack_spent(used, take, bin_ns));
     }
     walk.remaining -= take;
     true
@@ -359,17 +355,6 @@ fn settle(walk: &Walk, out: &mut Booked, bin_ns: u64, priority: bool, tin_first:
 #[inline(always)]
 pub fn owe_overrun(ns: u64) {
     owe(OVERFLOW_SLOT, ns);
-}
-
-/// Takes `ns` of wire time a booking put past its bin's width off the slack's credit.
-#[inline(always)]
-fn spend_slack(ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    if let Some(credit) = DEPARTURES.get_ptr_mut(departures::SLACK_CREDIT) {
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(credit, ns.wrapping_neg()) };
-    }
 }
 
 /// Adds `ns` to the debt in `slot`.

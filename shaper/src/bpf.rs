@@ -18,7 +18,7 @@ use shaper_common::{
     abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
     logs,
     names::{map_names, program_names, program_slots},
-    overrun::{self, DequeueWatch, departures},
+    overrun::DequeueWatch,
     stats::DatapathStats,
 };
 
@@ -209,30 +209,13 @@ impl Datapath {
         } else {
             None
         };
-        let mut datapath = Self {
+        Ok(Self {
             ebpf,
             config: ShaperConfig::default(),
             link: None,
             ingress_link: None,
             events,
-        };
-        if !pinned
-            .iter()
-            .any(|(name, _)| *name == map_names::DEPARTURES)
-        {
-            // Nothing earns the slack's credit until the dequeue observer watches the device.
-            datapath.set_slack_credit(overrun::SLACK_CREDIT_UNLIMITED)?;
-        }
-        Ok(datapath)
-    }
-
-    /// Sets the credit the calendar's bins spend their slack from (`overrun::earned`).
-    pub fn set_slack_credit(&mut self, credit: u64) -> Result<(), BpfError> {
-        let name = map_names::DEPARTURES;
-        let mut array = Array::<_, u64>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
-        array
-            .set(departures::SLACK_CREDIT, credit, 0)
-            .map_err(map_err(name))
+        })
     }
 
     pub fn configure(&mut self, config: &ShaperConfig) -> Result<(), BpfError> {
@@ -446,8 +429,6 @@ impl Datapath {
             Array::<_, DequeueWatch>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
         array.set(0, watch, 0).map_err(map_err(name))?;
         self.load_dequeue()?;
-        // From now on the observer earns it, from what the device idles.
-        self.set_slack_credit(0)?;
         self.dequeue_program()?.attach("qdisc_dequeue")?;
         Ok(())
     }
