@@ -815,13 +815,13 @@ fn guarded_bulk_beside_a_stream_of_sparse_newcomers_leaves_at_the_rate() {
             family: 4,
             ..Default::default()
         };
-        let rate = HostRate::new(
-            h.datapath.config(),
+        set_key_rate(
+            &mut h,
+            &key,
             ns_per_byte_fp(RATE / 6),
             ns_per_byte_fp(RATE / 3),
             0,
         );
-        h.datapath.set_host_rate(&key, &rate).unwrap();
     }
     set_newcomer_level(&mut h, 7, ns_per_byte_fp(RATE / 4), true);
     const SMALL: usize = 60;
