@@ -227,6 +227,18 @@ now_us() {
 	bash -c 'echo "${EPOCHREALTIME/[.,]/}"'
 }
 
+# log_us LINE [NEAR_US]: the time of a shaper log line ("2026-11-30T10:01:15.823433Z ...", UTC)
+# in now_us's clock, on the day that puts it nearest NEAR_US (default now).
+log_us() {
+	near=${2:-$(now_us)}
+	tod=$(echo "$1" | awk -F'[T:Z ]' '{ printf "%.0f", (($2 * 60 + $3) * 60 + $4) * 1000000 }')
+	day=86400000000
+	t=$((near - near % day + tod))
+	[ $t -gt $((near + day / 2)) ] && t=$((t - day))
+	[ $t -lt $((near - day / 2)) ] && t=$((t + day))
+	echo $t
+}
+
 # tx_at NS DEV: "MICROSECONDS BYTES": the time and DEV's sent bytes, read together.
 tx_at() {
 	run "$1" bash -c 'read -r b <"/sys/class/net/$1/statistics/tx_bytes"; echo "${EPOCHREALTIME/[.,]/} $b"' - "$2"
