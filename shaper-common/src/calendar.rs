@@ -57,10 +57,9 @@ pub const fn take(used: u64, room: u64, remaining: u64) -> Option<u64> {
 /// (levels that add up to the rate fill the bins only on average; without slack every bin a
 /// flow's phase overfills pushes packets while those it underfills go to waste). None
 /// (`no_slack` 1) for a sparse packet the calendar no longer lends to (nothing paces those, and
-/// a load of nothing else would fill every bin to the slack, over the rate), and once the
-/// departures are within a bin of the end of the departure meter's burst
-/// (`overrun::within_burst`): there the slack would carry what is lent on top of full bins
-/// past the rate.
+/// a load of nothing else would fill every bin to the slack, over the rate), and while the
+/// slack's credit is spent (`overrun::slack_left`): the slack catches up only what the link did
+/// not carry.
 #[inline(always)]
 pub fn capacity(bin_ns: u64, no_slack: u64) -> u64 {
     bin_ns + (bin_ns >> SLACK_SHIFT) - (bin_ns >> SLACK_SHIFT) * no_slack
@@ -86,6 +85,13 @@ pub const fn owed(word: u64) -> u64 {
 #[inline(always)]
 pub fn repayment(owed: u64, tx_ns: u64, repays: bool) -> u64 {
     branchless::min(owed, tx_ns) * repays as u64
+}
+
+/// What a booking of `take` in a bin holding `used` takes past the bin's width `bin_ns`: the
+/// slack it spends (`overrun::SLACK_CREDIT_UNLIMITED` says from what).
+#[inline(always)]
+pub fn slack_spent(used: u64, take: u64, bin_ns: u64) -> u64 {
+    (used + take).saturating_sub(branchless::max(used, bin_ns))
 }
 
 /// What a packet taking `take` from the bin after its span, which held `used`, puts past that
@@ -150,6 +156,13 @@ mod tests {
         assert_eq!(repayment(5, 3, true), 3);
         assert_eq!(repayment(5, 30, true), 5);
         assert_eq!(repayment(5, 30, false), 0);
+    }
+
+    #[test]
+    fn a_booking_spends_what_it_takes_past_the_width() {
+        assert_eq!(slack_spent(0, BIN / 2, BIN), 0);
+        assert_eq!(slack_spent(BIN - 10, 30, BIN), 20);
+        assert_eq!(slack_spent(BIN + 5, 30, BIN), 30);
     }
 
     #[test]

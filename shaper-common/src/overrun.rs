@@ -58,16 +58,62 @@ pub const fn burst_ns(bin_ns: u64) -> u64 {
     BURST_BINS * bin_ns
 }
 
-/// Whether the device's departures have room left in the meter's burst (`burst_ns`, for bins
-/// `bin_ns` wide): the meter at `meter_ns` stands less than the burst less a bin ahead of `now`.
-/// The calendar's bins take their slack only then. The slack catches up wire time the link did
-/// not carry, and lets departures run ahead of the rate within the burst; once they are within
-/// a bin of its end, what the slack would carry more is what is lent on top of full bins (a
-/// flood of sparse packets), and the repayments of what the meter charged would only refill
-/// the slack instead of pushing the bookings after them. A meter that never moved (no observer
-/// attached) reads as room.
-pub const fn within_burst(meter_ns: u64, now_ns: u64, bin_ns: u64, burst_ns: u64) -> bool {
-    meter_ns.saturating_add(bin_ns) < now_ns.saturating_add(burst_ns)
+/// The words of `SHAPER_DEPARTURES`, which the dequeue observer keeps.
+pub mod departures {
+    /// The departure meter (`meter`).
+    pub const METER: u32 = 0;
+    /// The link at the rate (`link_idle`).
+    pub const LINK: u32 = 1;
+    /// The slack's credit (`earned`, `calendar::slack_spent`).
+    pub const SLACK_CREDIT: u32 = 2;
+    pub const WORDS: u32 = 3;
+}
+
+/// The bins' slack (`calendar::capacity`) is spent from a credit of wire time the device did
+/// not carry, which the dequeue observer earns (`link_idle`, `earned`) and the bookings that
+/// take a bin past its width spend (`calendar::slack_spent`). The slack exists to catch up what
+/// the link did not carry: the phases of flows their levels pace leave some bins short and
+/// overfill others, and a scheduling delay idles the link. Granted whenever the meter had some
+/// credit left (a level, read again at each booking), it carried a stream of sparse packets
+/// lent on top of guarded bulk 6 % past the rate; spent from what the link idled, it can add no
+/// more than that. This is the credit a data path without the observer starts with: the slack
+/// unbounded, as nothing earns it.
+pub const SLACK_CREDIT_UNLIMITED: u64 = 1 << 62;
+
+/// The most the slack's credit holds: the meter's burst. What the link idled longer ago than
+/// that is not caught up: a bottleneck behind would take it as a burst.
+pub const fn slack_credit_cap(bin_ns: u64) -> u64 {
+    burst_ns(bin_ns)
+}
+
+/// The link at the rate as the device's departures keep it busy: a departure of `tx_ns` at
+/// `now_ns` starts when the link is free (`free_ns`), or now if it has been idle. Returns the
+/// link's new free time and how long it sat idle before this departure: wire time the device
+/// did not carry. (The meter cannot say this: it stands up to a burst behind now on purpose, and
+/// the same lag would read as idle at every departure.)
+pub const fn link_idle(free_ns: u64, now_ns: u64, tx_ns: u64) -> (u64, u64) {
+    let start = if free_ns > now_ns { free_ns } else { now_ns };
+    (start.saturating_add(tx_ns), now_ns.saturating_sub(free_ns))
+}
+
+/// What a departure that found the link idle for `idle_ns` adds to the slack's credit
+/// `credit` (a signed count: racing bookings may spend a little more than there was), which
+/// never grows past `cap_ns`.
+pub const fn earned(credit: u64, idle_ns: u64, cap_ns: u64) -> u64 {
+    let c = credit as i64;
+    let room = if c >= cap_ns as i64 {
+        0
+    } else if c < 0 {
+        cap_ns + c.unsigned_abs()
+    } else {
+        cap_ns - c as u64
+    };
+    if idle_ns < room { idle_ns } else { room }
+}
+
+/// Whether the bins take their slack: the credit (signed) is above zero.
+pub const fn slack_left(credit: u64) -> bool {
+    (credit as i64) > 0
 }
 
 /// Where a departing packet was due, as the meter goes by it.
@@ -185,22 +231,41 @@ mod tests {
     }
 
     #[test]
-    fn the_slack_stops_a_bin_before_the_meter_would_charge() {
-        let bin = MS;
-        let burst = burst_ns(bin);
-        let now = 10_000 * MS;
-        assert!(within_burst(0, now, bin, burst), "a meter that never moved");
-        assert!(
-            within_burst(now - burst, now, bin, burst),
-            "the whole burst of credit"
-        );
-        assert!(
-            within_burst(now + bin, now, bin, burst),
-            "a bin's swing about now"
-        );
-        assert!(within_burst(now + burst - bin - 1, now, bin, burst));
-        assert!(!within_burst(now + burst - bin, now, bin, burst));
-        assert!(!within_burst(u64::MAX, now, bin, burst));
+    fn the_link_counts_each_idle_spell_once() {
+        let start = 10_000 * MS;
+        // Back to back at the rate: never idle.
+        let mut free = 0;
+        let mut idle = 0;
+        for i in 0..100 {
+            let (f, d) = link_idle(free, start + i * TX, TX);
+            if i > 0 {
+                idle += d;
+            }
+            free = f;
+        }
+        assert_eq!(idle, 0);
+        // A gap of 5 ms after them: counted once, whatever follows at the rate.
+        let resume = free + 5 * MS;
+        let (f, d) = link_idle(free, resume, TX);
+        assert_eq!(d, 5 * MS);
+        let (_, d) = link_idle(f, resume + TX, TX);
+        assert_eq!(d, 0);
+        // A clump ahead of the rate earns nothing and leaves the link busy past now.
+        let (f, d) = link_idle(start, start - MS, TX);
+        assert_eq!((f, d), (start + TX, 0));
+    }
+
+    #[test]
+    fn the_credit_is_earned_up_to_its_cap_and_spent_below_zero() {
+        let cap = slack_credit_cap(MS);
+        assert_eq!(earned(0, MS, cap), MS);
+        assert_eq!(earned(cap - 10, MS, cap), 10);
+        assert_eq!(earned(cap, MS, cap), 0);
+        assert_eq!(earned(SLACK_CREDIT_UNLIMITED, MS, cap), 0);
+        // Overspent by racing bookings: the idle time refills it from below zero.
+        assert_eq!(earned((-5i64) as u64, MS, cap), MS);
+        assert!(slack_left(1) && slack_left(SLACK_CREDIT_UNLIMITED));
+        assert!(!slack_left(0) && !slack_left((-5i64) as u64));
     }
 
     #[test]

@@ -28,7 +28,8 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{macros::map, maps::Array};
 use shaper_common::{
     abi::LENT,
-    branchless, calendar as bins, overrun,
+    branchless, calendar as bins,
+    overrun::{self, departures},
     sizing::{CALENDAR_BINS, CALENDAR_MAX_SPAN_BINS},
 };
 
@@ -57,11 +58,12 @@ const FRONTIER_SLOT: u32 = CALENDAR_BINS + 2;
 /// threshold bounds this debt; nothing needs its size.
 const TIN_DEBT_SLOT: u32 = CALENDAR_BINS + 3;
 
-/// The departure meter (`overrun::meter`), which the dequeue observer moves, shared by every
-/// CPU that dequeues the device: whether its departures have room left in the meter's burst
-/// decides the bins' slack (`bins::capacity`).
+/// What the dequeue observer keeps of the device's departures, shared by every CPU that
+/// dequeues it: the departure meter (`overrun::meter`), the link at the rate
+/// (`overrun::link_idle`) and the slack's credit (`overrun::earned`), which the bookings that
+/// take a bin past its width spend (`bins::slack_spent`).
 #[map(name = "SHAPER_DEPARTURES")]
-pub static DEPARTURES: Array<u64> = Array::with_max_entries(1, 0);
+pub static DEPARTURES: Array<u64> = Array::with_max_entries(departures::WORDS, 0);
 
 /// `book`'s flags.
 pub const PRIORITY: u64 = 1;
@@ -153,7 +155,7 @@ fn scan(
     if bin_ns == 0 || want_ns - now_ns >= bin_ns * (CALENDAR_BINS as u64 - 1) {
         return out;
     }
-    let terms = terms(now_ns, tx_ns, bin_ns, priority, tin_first);
+    let terms = terms(tx_ns, bin_ns, priority, tin_first);
     out.refused = priority && terms.lent_to == 0;
     let priority = terms.lent_to != 0;
     let frontier = CALENDAR.get_ptr_mut(FRONTIER_SLOT);
@@ -226,7 +228,7 @@ struct Terms {
 /// not lend to (it would push nobody when it cannot be placed either, and the debt would only
 /// move over the last bin's capacity).
 #[inline(always)]
-fn terms(now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
+fn terms(tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) -> Terms {
     let lend_limit = CALENDAR_MAX_SPAN_BINS as u64 * bin_ns;
     // The two lent debts share one packet's worth of repayment, the sparse packets' first (it
     // decides the lending).
@@ -235,10 +237,10 @@ fn terms(now_ns: u64, tx_ns: u64, bin_ns: u64, priority: bool, tin_first: bool) 
     let (_, repay_overflow) = repay(OVERFLOW_SLOT, tx_ns, !priority);
     let lent_to = bins::lends(priority, tin_first, lent, lend_limit);
     // SAFETY: map value, valid for the run; a stale read moves the slack by one packet.
-    let meter = DEPARTURES
-        .get_ptr(0)
-        .map_or(0, |m| unsafe { core::ptr::read_volatile(m) });
-    let room = overrun::within_burst(meter, now_ns, bin_ns, overrun::burst_ns(bin_ns)) as u64;
+    let credit = DEPARTURES
+        .get_ptr(departures::SLACK_CREDIT)
+        .map_or(0, |c| unsafe { core::ptr::read_volatile(c) });
+    let room = overrun::slack_left(credit) as u64;
     Terms {
         capacity: bins::capacity(bin_ns, (priority as u64 & (lent_to ^ 1)) | (room ^ 1)),
         lent_to,
@@ -315,6 +317,8 @@ fn step(
     }
     if beyond && used + take > capacity {
         owe(OVERFLOW_SLOT, bins::beyond_capacity(used, take, capacity));
+    } else {
+        spend_slack(bins::slack_spent(used, take, bin_ns));
     }
     walk.remaining -= take;
     true
@@ -355,6 +359,17 @@ fn settle(walk: &Walk, out: &mut Booked, bin_ns: u64, priority: bool, tin_first:
 #[inline(always)]
 pub fn owe_overrun(ns: u64) {
     owe(OVERFLOW_SLOT, ns);
+}
+
+/// Takes `ns` of wire time a booking put past its bin's width off the slack's credit.
+#[inline(always)]
+fn spend_slack(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    if let Some(credit) = DEPARTURES.get_ptr_mut(departures::SLACK_CREDIT) {
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(credit, ns.wrapping_neg()) };
+    }
 }
 
 /// Adds `ns` to the debt in `slot`.

@@ -85,6 +85,28 @@ pub unsafe fn advance(clock: *mut u64, to_ns: u64) {
     }
 }
 
+/// Passes a departure of `tx_ns` at `now_ns` through the link at the rate at `link`
+/// (`overrun::link_idle`): how long the link sat idle before it. When the races are lost the
+/// departure is added without the idle time: the credit it would have earned is not earned.
+///
+/// # Safety
+/// `link` must point into a map value that stays valid for the program's run.
+#[inline(always)]
+pub unsafe fn link(link: *mut u64, now_ns: u64, tx_ns: u64) -> u64 {
+    let mut current = unsafe { core::ptr::read_volatile(link) };
+    for _ in 0..CAS_ATTEMPTS {
+        let (free, idle) = overrun::link_idle(current, now_ns, tx_ns);
+        let (seen, swapped) =
+            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(link, current, free) };
+        if swapped {
+            return idle;
+        }
+        current = seen;
+    }
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(link, tx_ns) };
+    0
+}
+
 /// Passes a departure of `tx_ns` at `now_ns` through the meter at `meter`, which never stands
 /// behind `floor_ns` (`overrun::meter`): the wire time that left ahead of the rate. When the
 /// races are lost the departure is added without a charge: the meter never loses wire time, so

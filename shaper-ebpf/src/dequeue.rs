@@ -2,6 +2,8 @@
 //! calendar for what left ahead of it (see `shaper_common::overrun`). It reads the kernel's structures at offsets the loader found in
 //! the running kernel's BTF, and only ever reads them.
 
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint},
@@ -48,7 +50,8 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let len: u32 = read(skb, watch.skb_len)?;
     // In front of the bottleneck, a stall's clump fills its queue whenever the packets were
     // due: no departure time to go by.
-    let due = if watch.behind_bottleneck != 0 {
+    let behind = watch.behind_bottleneck != 0;
+    let due = if behind {
         overrun::Due::Behind(read(skb, watch.skb_tstamp)?)
     } else {
         overrun::Due::InFront
@@ -56,9 +59,13 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let config = CONFIG.get(0)?;
     let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
-    let meter = calendar::DEPARTURES.get_ptr_mut(0)?;
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // Behind the bottleneck the slack's credit stays unbounded (`Datapath::watch_dequeue`).
+    if !behind {
+        earn_slack(now, tx, config.calendar_bin_ns);
+    }
+    let meter = calendar::DEPARTURES.get_ptr_mut(overrun::departures::METER)?;
     let burst = overrun::burst_ns(config.calendar_bin_ns);
     let floor = overrun::credit_floor(now, burst, due, config.horizon_ns);
     // SAFETY: a map value, valid for the program's run.
@@ -72,6 +79,26 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let stats = unsafe { &mut *stats };
     stats.overrun_packets += 1;
     stats.overrun_ns += owed;
+    Some(())
+}
+
+/// The departure through the link at the rate; the time the link sat idle before it goes to
+/// the slack's credit, up to its cap (`overrun::link_idle`, `earned`).
+#[inline(always)]
+fn earn_slack(now: u64, tx: u64, bin_ns: u64) -> Option<()> {
+    let link = calendar::DEPARTURES.get_ptr_mut(overrun::departures::LINK)?;
+    // SAFETY: a map value, valid for the program's run.
+    let idle = unsafe { clock::link(link, now, tx) };
+    if idle == 0 {
+        return None;
+    }
+    let credit = calendar::DEPARTURES.get_ptr_mut(overrun::departures::SLACK_CREDIT)?;
+    // SAFETY: as above; a racing update earns a little more or less, within one packet's idle.
+    let current = unsafe { core::ptr::read_volatile(credit) };
+    let add = overrun::earned(current, idle, overrun::slack_credit_cap(bin_ns));
+    if add != 0 {
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(credit, add) };
+    }
     Some(())
 }
 

@@ -18,7 +18,7 @@ use shaper_common::{
     abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
     logs,
     names::{map_names, program_names, program_slots},
-    overrun::DequeueWatch,
+    overrun::{self, DequeueWatch, departures},
     stats::DatapathStats,
 };
 
@@ -209,13 +209,30 @@ impl Datapath {
         } else {
             None
         };
-        Ok(Self {
+        let mut datapath = Self {
             ebpf,
             config: ShaperConfig::default(),
             link: None,
             ingress_link: None,
             events,
-        })
+        };
+        if !pinned
+            .iter()
+            .any(|(name, _)| *name == map_names::DEPARTURES)
+        {
+            // Nothing earns the slack's credit until the dequeue observer watches the device.
+            datapath.set_slack_credit(overrun::SLACK_CREDIT_UNLIMITED)?;
+        }
+        Ok(datapath)
+    }
+
+    /// Sets the credit the calendar's bins spend their slack from (`overrun::earned`).
+    pub fn set_slack_credit(&mut self, credit: u64) -> Result<(), BpfError> {
+        let name = map_names::DEPARTURES;
+        let mut array = Array::<_, u64>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        array
+            .set(departures::SLACK_CREDIT, credit, 0)
+            .map_err(map_err(name))
     }
 
     pub fn configure(&mut self, config: &ShaperConfig) -> Result<(), BpfError> {
@@ -429,6 +446,16 @@ impl Datapath {
             Array::<_, DequeueWatch>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
         array.set(0, watch, 0).map_err(map_err(name))?;
         self.load_dequeue()?;
+        // In front of the bottleneck the observer earns the slack's credit from now on, from
+        // what the device idles: the slack then never carries what is lent on top of the rate
+        // into the queue behind. Behind it (an ingress IFB) the packets crossed the bottleneck
+        // already and the slack catches up the IFB's scheduling delays, as CAKE's shaper sends
+        // what was due: unbounded, as with no observer.
+        self.set_slack_credit(if behind_bottleneck {
+            overrun::SLACK_CREDIT_UNLIMITED
+        } else {
+            0
+        })?;
         self.dequeue_program()?.attach("qdisc_dequeue")?;
         Ok(())
     }
