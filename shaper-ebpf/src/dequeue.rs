@@ -50,8 +50,7 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let len: u32 = read(skb, watch.skb_len)?;
     // In front of the bottleneck, a stall's clump fills its queue whenever the packets were
     // due: no departure time to go by.
-    let behind = watch.behind_bottleneck != 0;
-    let due = if behind {
+    let due = if watch.behind_bottleneck != 0 {
         overrun::Due::Behind(read(skb, watch.skb_tstamp)?)
     } else {
         overrun::Due::InFront
@@ -61,10 +60,7 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    // Behind the bottleneck the slack's credit stays unbounded (`Datapath::watch_dequeue`).
-    if !behind {
-        earn_slack(now, tx, config.calendar_bin_ns);
-    }
+    earn_slack(now, tx, config.calendar_bin_ns);
     let meter = calendar::DEPARTURES.get_ptr_mut(overrun::departures::METER)?;
     let burst = overrun::burst_ns(config.calendar_bin_ns);
     let floor = overrun::credit_floor(now, burst, due, config.horizon_ns);
@@ -83,7 +79,8 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
 }
 
 /// The departure through the link at the rate; the time the link sat idle before it goes to
-/// the slack's credit, up to its cap (`overrun::link_idle`, `earned`).
+/// the slack's credit, up to its cap (`overrun::link_idle`, `earned`). A credit the loader left
+/// unbounded (behind the bottleneck, `Datapath::watch_dequeue`) earns nothing.
 #[inline(always)]
 fn earn_slack(now: u64, tx: u64, bin_ns: u64) -> Option<()> {
     let link = calendar::DEPARTURES.get_ptr_mut(overrun::departures::LINK)?;

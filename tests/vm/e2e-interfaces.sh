@@ -172,11 +172,12 @@ kill -0 "$SHAPER_PID" || fail "shaper ended when s2 went away"
 # Timed from just before the device is created to shaper's own log line for it, both in the
 # guest's one clock. A poll from outside (`tc` in the namespace) takes hundreds of ms a round in
 # the emulated guest and would time itself; it only confirms the qdisc.
-shaped_before=$(grep -c 's2: shaped in' /tmp/shaper.log)
+shaped_s2='s2: shaped in'
+shaped_before=$(grep -c "$shaped_s2" /tmp/shaper.log)
 t0=$(now_us)
 ip link add s2 netns "$SRC" type veth peer name d2 netns "$DST"
 i=0
-while [ "$(grep -c 's2: shaped in' /tmp/shaper.log)" -le "$shaped_before" ]; do
+while [ "$(grep -c "$shaped_s2" /tmp/shaper.log)" -le "$shaped_before" ]; do
 	i=$((i + 1))
 	[ $i -gt 250 ] && { cat /tmp/shaper.log >&2; fail "s2 not shaped again within 5 s"; }
 	sleep 0.02
@@ -184,7 +185,7 @@ done
 run "$SRC" tc qdisc show dev s2 | grep -Eq "qdisc (fq|mq) 5348: root" ||
 	fail "shaper logged s2 shaped, but its root is $(run "$SRC" tc qdisc show dev s2 | head -1)"
 veth_addresses 2
-reshape_ms=$((($(log_us "$(grep 's2: shaped in' /tmp/shaper.log | tail -1)" "$t0") - t0) / 1000))
+reshape_ms=$((($(log_us "$(grep "$shaped_s2" /tmp/shaper.log | tail -1)" "$t0") - t0) / 1000))
 log "s2 shaped again ${reshape_ms} ms after it was re-created; shaper's log of it:"
 grep -E 's2|changed' /tmp/shaper.log | tail -10
 echo "RESULT kernel=$(uname -r) reshape_ms=$reshape_ms"
