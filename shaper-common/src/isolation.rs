@@ -121,6 +121,57 @@ pub const fn prefix_mask(prefix: u32, words: usize) -> [u32; 4] {
     mask
 }
 
+/// What a machine's own addresses are keyed as, in place of their host address: the machine is
+/// one host whatever the family and the address it sends from (a dual-stack server is fair
+/// between its IPv4 and IPv6 clients; see docs/design.md, "How a host is identified"). All ones:
+/// no IPv4 key (its last three words are zero) and no IPv6 source (ff00::/8 is multicast).
+pub const SELF_HOST: [u32; 4] = [u32::MAX; 4];
+
+/// The key an address is looked up by among the machine's own: an IPv6 address as it is, an
+/// IPv4 one as its IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), so that one 16-byte key holds
+/// both families. Words in network order, as the packet carries them.
+#[inline(always)]
+pub const fn own_lookup_key(addr: &[u32; 4], v6: bool) -> [u32; 4] {
+    if v6 {
+        *addr
+    } else {
+        [0, 0, u32::from_ne_bytes([0, 0, 0xff, 0xff]), addr[0]]
+    }
+}
+
+/// The family a key of `want` fields records: 4 or 6, the packet's; 0 where no address in the
+/// key is the packet's own, so that the key is the same in both families: none at all (the
+/// single-level modes' pseudo-host), or host fields only, each the machine's own (`src_self`,
+/// `dst_self`: [`SELF_HOST`]). A key with any other address keeps its family, for a v4 and a
+/// v6 address could share their words.
+#[inline(always)]
+pub const fn key_family(want: u32, v6: bool, src_self: bool, dst_self: bool) -> u8 {
+    let whole = fields::SRC_ADDR | fields::DST_ADDR | fields::TRANSPORT;
+    let src_neutral = want & fields::SRC_HOST == 0 || src_self;
+    let dst_neutral = want & fields::DST_HOST == 0 || dst_self;
+    if want & whole == 0 && src_neutral && dst_neutral {
+        0
+    } else if v6 {
+        6
+    } else {
+        4
+    }
+}
+
+/// One side of a host key as the control plane tells sources (or destinations) apart: its
+/// address and family, the family dropped for the machine itself, which is one host in both.
+pub const fn side_identity(addr: [u32; 4], family: u8) -> ([u32; 4], u8) {
+    if addr[0] == SELF_HOST[0]
+        && addr[1] == SELF_HOST[1]
+        && addr[2] == SELF_HOST[2]
+        && addr[3] == SELF_HOST[3]
+    {
+        (addr, 0)
+    } else {
+        (addr, family)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +205,48 @@ mod tests {
         assert_eq!(prefix_mask(56, 4), [u32::MAX, 0xFFFF_FF00u32.to_be(), 0, 0]);
         assert_eq!(prefix_mask(128, 4), [u32::MAX; 4]);
         assert_eq!(prefix_mask(0, 4), [0; 4]);
+    }
+
+    #[test]
+    fn own_addresses_of_both_families_share_one_key_space() {
+        let v4 = [u32::from_ne_bytes([10, 9, 0, 1]), 0, 0, 0];
+        let mapped = own_lookup_key(&v4, false);
+        let mut bytes = [0u8; 16];
+        for (i, w) in mapped.iter().enumerate() {
+            bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        assert_eq!(
+            bytes,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 9, 0, 1]
+        );
+        let v6 = [1, 2, 3, 4];
+        assert_eq!(own_lookup_key(&v6, true), v6);
+    }
+
+    #[test]
+    fn a_key_of_the_machine_alone_has_no_family() {
+        use fields::*;
+        // The machine as source host: one key in both families.
+        assert_eq!(key_family(SRC_HOST, true, true, false), 0);
+        assert_eq!(key_family(SRC_HOST, false, true, false), 0);
+        assert_eq!(key_family(DST_HOST, false, false, true), 0);
+        // Another host, or a pair with one: the packet's family.
+        assert_eq!(key_family(SRC_HOST, true, false, false), 6);
+        assert_eq!(key_family(SRC_HOST | DST_HOST, false, true, false), 4);
+        assert_eq!(key_family(SRC_HOST | DST_HOST, true, true, true), 0);
+        // Whole addresses and ports are never the machine's key.
+        assert_eq!(key_family(FIVE_TUPLE, true, false, false), 6);
+        assert_eq!(key_family(SRC_HOST | TRANSPORT, false, true, false), 4);
+        // The pseudo-host.
+        assert_eq!(key_family(NONE, true, false, false), 0);
+    }
+
+    #[test]
+    fn the_machine_is_one_side_in_both_families() {
+        assert_eq!(side_identity(SELF_HOST, 4), side_identity(SELF_HOST, 6));
+        assert_ne!(
+            side_identity([1, 0, 0, 0], 4),
+            side_identity([1, 0, 0, 0], 6)
+        );
     }
 }

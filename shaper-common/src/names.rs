@@ -20,6 +20,9 @@ pub mod map_names {
     pub const DESTINATIONS: &str = "SHAPER_DESTINATIONS";
     /// The dequeue meter's account of what left beyond the rate.
     pub const DEPARTURES: &str = "SHAPER_DEPARTURES";
+    /// The machine's own addresses (`isolation::own_lookup_key`), each one host
+    /// (`isolation::SELF_HOST`). Each process writes its own: not carried.
+    pub const OWN_ADDRS: &str = "SHAPER_OWN_ADDRS";
     /// Each CPU's budget of debug events (`logs::Buckets`), and aya-log's ring buffer they are
     /// written to: used only with `--log-datapath` (`logs`).
     pub const LOG_BUCKETS: &str = "SHAPER_LOG_BUCKETS";

@@ -13,6 +13,10 @@ pub const CALENDAR_MAX_SPAN_BINS: usize = 4;
 /// share a slot share their newcomers' guard until the control plane measures them.
 pub const DESTINATION_GUARDS: u32 = 1024;
 
+/// The machine's own addresses the data path keeps as one host (`names::map_names::OWN_ADDRS`):
+/// beyond these, an address is a host of its own.
+pub const OWN_ADDRESSES: u32 = 1024;
+
 /// The longest gap a flow's clock catches up (see `edt::reserve`): a TCP Small Queues
 /// completion or a scheduling delay, not an idle period.
 pub const FLOW_CREDIT_NS: u64 = 2_000_000;

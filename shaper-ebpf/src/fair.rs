@@ -21,9 +21,9 @@ use shaper_common::{
     branchless, cb,
     diffserv::MAX_TINS,
     edt,
-    isolation::{Isolation, fields},
+    isolation::{self, Isolation, SELF_HOST, fields},
     schedule::{self, Charge, Guarded},
-    sizing::{FLOW_CREDIT_NS, ack_round_ns},
+    sizing::{FLOW_CREDIT_NS, OWN_ADDRESSES, ack_round_ns},
     stats::DropReason,
 };
 
@@ -47,6 +47,11 @@ static HOST_RATES: HashMap<FlowKey, HostRate> = HashMap::with_max_entries(65_536
 
 #[map(name = "SHAPER_FLOWS")]
 static FLOWS: LruHashMap<FlowKey, FlowState> = LruHashMap::with_max_entries(1_048_576, 0);
+
+/// The machine's own addresses (`isolation::own_lookup_key`), written by the control plane as
+/// they change: in a host field, each is the one host `isolation::SELF_HOST`.
+#[map(name = "SHAPER_OWN_ADDRS")]
+static OWN_ADDRS: HashMap<[u32; 4], u8> = HashMap::with_max_entries(OWN_ADDRESSES, 0);
 
 pub enum Scheduled {
     /// Depart at this time; `contended` when a clock took its fallback path.
@@ -714,7 +719,8 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 }
 
 /// The key of `info` made of `want` fields (see `isolation::fields`); all-zero for none, so
-/// single-level modes share one pseudo-host.
+/// single-level modes share one pseudo-host. In a host field the machine's own addresses are
+/// one host (`isolation::SELF_HOST`, with no family where it is the key's only address).
 ///
 /// Every field is written once, by value: a key zeroed first and then filled in made LLVM call
 /// a byte-wise `memset` of its 40 bytes, a tenth of the data path's time per packet.
@@ -722,14 +728,20 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     const NO_ADDR: [u32; 4] = [0; 4];
     let v6 = info.l3_proto == ETH_P_IPV6;
-    let src = if want & fields::SRC_HOST != 0 {
+    let src_self = want & fields::SRC_HOST != 0 && own(&info.src_addr, v6);
+    let dst_self = want & fields::DST_HOST != 0 && own(&info.dst_addr, v6);
+    let src = if src_self {
+        SELF_HOST
+    } else if want & fields::SRC_HOST != 0 {
         host_addr(&info.src_addr, v6, config)
     } else if want & fields::SRC_ADDR != 0 {
         info.src_addr
     } else {
         NO_ADDR
     };
-    let dst = if want & fields::DST_HOST != 0 {
+    let dst = if dst_self {
+        SELF_HOST
+    } else if want & fields::DST_HOST != 0 {
         host_addr(&info.dst_addr, v6, config)
     } else if want & fields::DST_ADDR != 0 {
         info.dst_addr
@@ -747,15 +759,18 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
         src_port,
         dst_port,
         proto,
-        family: match (want == fields::NONE, v6) {
-            (true, _) => 0,
-            (false, true) => 6,
-            (false, false) => 4,
-        },
+        family: isolation::key_family(want, v6, src_self, dst_self),
         overflow: 0,
         // Hosts and flows are per tin, as in CAKE (a host's voice and bulk traffic are two).
         tin: info.tin,
     }
+}
+
+/// Whether `addr` is one of the machine's own.
+#[inline(always)]
+fn own(addr: &[u32; 4], v6: bool) -> bool {
+    // SAFETY: a read-only lookup; the value is not kept.
+    unsafe { OWN_ADDRS.get(&isolation::own_lookup_key(addr, v6)) }.is_some()
 }
 
 #[inline(always)]

@@ -17,6 +17,7 @@ use aya_ebpf::{Global, helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray
 use aya_log_ebpf::debug;
 use shaper_common::{
     abi::{FlowKey, FlowState},
+    isolation::SELF_HOST,
     logs::{ACK_DECISIONS, AQM_VERDICTS, Buckets, Kind, NAME_BYTES},
 };
 
@@ -147,6 +148,8 @@ fn name<const N: usize>(table: &'static [[u8; NAME_BYTES]; N], at: usize) -> &'s
 fn key_addr(words: &[u32; 4], family: u8) -> [u8; 16] {
     let v4_mapped = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
     let words = match family {
+        // The machine itself reads as ffff:...:ffff in either family.
+        _ if *words == SELF_HOST => SELF_HOST,
         4 => [0, 0, v4_mapped, words[0]],
         6 => *words,
         _ => [0; 4],

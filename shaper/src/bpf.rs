@@ -1,8 +1,11 @@
 //! The embedded BPF object: loading, configuring, attaching, and reading its maps.
 
-use std::os::{
-    fd::{AsFd, BorrowedFd},
-    unix::fs::MetadataExt,
+use std::{
+    collections::BTreeSet,
+    os::{
+        fd::{AsFd, BorrowedFd},
+        unix::fs::MetadataExt,
+    },
 };
 
 use aya::{
@@ -352,6 +355,29 @@ impl Datapath {
             removed(map.remove(key)).map_err(map_err(name))?;
         }
         Ok(())
+    }
+
+    /// Makes `own` the machine's own addresses the data path keys as one host: adds the new,
+    /// removes those gone. Returns how many did not fit (each stays a host of its own).
+    pub fn set_own_addresses(&mut self, own: &BTreeSet<[u32; 4]>) -> Result<usize, BpfError> {
+        let name = map_names::OWN_ADDRS;
+        let mut map =
+            HashMap::<_, [u32; 4], u8>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        let present = map
+            .keys()
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(map_err(name))?;
+        for gone in present.difference(own) {
+            removed(map.remove(gone)).map_err(map_err(name))?;
+        }
+        let mut left_out = 0;
+        for new in own.difference(&present) {
+            match map.insert(new, 1, 0).map_err(map_err(name)) {
+                Err(e) if e.is_map_full() => left_out += 1,
+                r => r?,
+            }
+        }
+        Ok(left_out)
     }
 
     /// The hosts whose levels the control plane wrote.

@@ -13,7 +13,7 @@ use shaper_common::{
     abi::{FlowKey, HostRate, Levels, ShaperConfig, host_flags},
     diffserv::{Diffserv, dscp},
     edt,
-    isolation::{Isolation, fields},
+    isolation::{Isolation, fields, side_identity},
 };
 use tracing::trace;
 
@@ -555,10 +555,11 @@ fn host_rate(
 /// Weights each active (source, destination) pair so that sources and destinations are fair
 /// (see `fairness::triple_isolate_weights`), scaled to a mean of 1.
 fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
-    let mut ids: HashMap<([u32; 4], u8, bool), usize> = HashMap::with_capacity(2 * active.len());
+    let mut ids: HashMap<(([u32; 4], u8), bool), usize> = HashMap::with_capacity(2 * active.len());
     let mut id = |addr: [u32; 4], family: u8, dst: bool| {
         let next = ids.len();
-        *ids.entry((addr, family, dst)).or_insert(next)
+        *ids.entry((side_identity(addr, family), dst))
+            .or_insert(next)
     };
     let pairs: Vec<(usize, usize)> = active
         .iter()
@@ -573,7 +574,7 @@ fn apply_triple_isolate_weights(active: &mut [(FlowKey, HostSample)]) {
 
 #[cfg(test)]
 mod tests {
-    use shaper_common::abi::HostState;
+    use shaper_common::{abi::HostState, isolation::SELF_HOST};
 
     use super::*;
 
@@ -625,6 +626,42 @@ mod tests {
         followed.retain(|_, _| false);
         followed.compact();
         assert_eq!(followed.slots.len(), 201, "below COMPACT_FROM_SLOTS");
+    }
+
+    #[test]
+    fn a_dual_stack_server_is_one_source_to_clients_of_either_family() {
+        // The server's IPv4 and IPv6 addresses as the data path keys them: one host, and its
+        // three clients (one over IPv4) equal, as under dual-dsthost.
+        let pair = |client: u32, family: u8| FlowKey {
+            src: SELF_HOST,
+            dst: [client, 0, 0, 0],
+            family,
+            ..Default::default()
+        };
+        let mut active = [
+            (pair(1, 6), bulk(2.0)),
+            (pair(2, 4), bulk(6.0)),
+            (pair(3, 6), bulk(12.0)),
+        ];
+        apply_triple_isolate_weights(&mut active);
+        for (_, s) in &active {
+            assert!(close(s.weight, 1.0), "{active:?}");
+        }
+        // A source that is not the machine is two hosts in two families (a v4 and a v6 address
+        // may share their words): the v4 one keeps half, against two pairs of the v6 one.
+        let other = |client: u32, family: u8| FlowKey {
+            src: [9, 0, 0, 0],
+            dst: [client, 0, 0, 0],
+            family,
+            ..Default::default()
+        };
+        let mut active = [
+            (other(1, 4), bulk(1.0)),
+            (other(2, 6), bulk(1.0)),
+            (other(3, 6), bulk(1.0)),
+        ];
+        apply_triple_isolate_weights(&mut active);
+        assert!(close(active[0].1.weight, 1.5), "{active:?}");
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod mapmem;
 pub mod metrics;
 pub mod netlink;
 pub mod notify;
+pub mod own;
 pub mod priority;
 pub mod probe;
 pub mod qdisc;

@@ -1,16 +1,8 @@
-//! The interfaces present and the devices of the default routes, read from rtnetlink; and a
-//! subscription to its link and route notifications (RTM_NEWLINK/DELLINK,
-//! RTM_NEWROUTE/DELROUTE), which only says *that* something changed: what changed is read
-//! again whole, so that a notification lost to a full socket buffer costs nothing but a read.
+//! The interfaces present and the devices of the default routes, read from rtnetlink; and the
+//! notification groups that say they changed (RTM_NEWLINK/DELLINK, RTM_NEWROUTE/DELROUTE; see
+//! `netlink::Subscription`).
 
-use std::{
-    collections::BTreeSet,
-    io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
-};
-
-use tokio::io::unix::AsyncFd;
-use tracing::debug;
+use std::collections::BTreeSet;
 
 use crate::{
     interfaces::Link,
@@ -154,81 +146,8 @@ fn devices_of(routes: &[DefaultRoute], links: &[Link]) -> BTreeSet<String> {
     devices
 }
 
-/// A netlink socket subscribed to link and route notifications.
-pub struct Watcher {
-    fd: AsyncFd<OwnedFd>,
-}
-
-impl Watcher {
-    /// Subscribes (within a tokio runtime).
-    pub fn open() -> io::Result<Self> {
-        // SAFETY: plain socket(2) call; the result is checked before being wrapped.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: binding our own socket to a zeroed-then-filled sockaddr_nl.
-        let rc = unsafe {
-            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
-            addr.nl_family = libc::AF_NETLINK as u16;
-            addr.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: an OwnedFd always returns its own, open descriptor, owned here until the
-        // AsyncFd is dropped.
-        let fd = unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)?;
-        Ok(Self { fd })
-    }
-
-    /// Waits until something changed, then takes every notification waiting. Cancel-safe:
-    /// notifications not yet read stay for the next call.
-    pub async fn changed(&mut self) -> io::Result<()> {
-        let mut guard = self.fd.readable_mut().await?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut read = 0;
-        loop {
-            // SAFETY: receiving into a buffer we own, bounded by its length.
-            let n = unsafe {
-                libc::recv(
-                    guard.get_inner().as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    0,
-                )
-            };
-            if n >= 0 {
-                read += 1;
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => {
-                    guard.clear_ready();
-                    debug!("links or routes changed ({read} notifications)");
-                    return Ok(());
-                }
-                // Notifications were lost: the caller reads everything again anyway.
-                Some(libc::ENOBUFS) | Some(libc::EINTR) => continue,
-                _ => return Err(e),
-            }
-        }
-    }
-}
+/// The notification groups that say the links or the default routes changed.
+pub const GROUPS: u32 = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
 
 #[cfg(test)]
 mod tests {

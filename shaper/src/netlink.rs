@@ -8,6 +8,8 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
+use tokio::io::unix::AsyncFd;
+
 const NLMSG_HDRLEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
@@ -253,6 +255,84 @@ impl Socket {
 
     pub fn dump(&mut self, msg_type: u16, body: &[u8]) -> Result<Vec<Vec<u8>>, NetlinkError> {
         self.request(msg_type, NLM_F_DUMP, body)
+    }
+}
+
+/// A netlink socket subscribed to notification groups (`RTMGRP_*`). It only says *that*
+/// something changed: the caller reads what changed again whole, so that a notification lost to
+/// a full socket buffer costs nothing but a read.
+pub struct Subscription {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl Subscription {
+    /// Subscribes to `groups` (within a tokio runtime).
+    pub fn open(groups: u32) -> io::Result<Self> {
+        // SAFETY: plain socket(2) call; the result is checked before being wrapped.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: binding our own socket to a zeroed-then-filled sockaddr_nl.
+        let rc = unsafe {
+            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+            addr.nl_family = libc::AF_NETLINK as u16;
+            addr.nl_groups = groups;
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: an OwnedFd always returns its own, open descriptor, owned here until the
+        // AsyncFd is dropped.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)?;
+        Ok(Self { fd })
+    }
+
+    /// Waits until something changed, then takes every notification waiting. Cancel-safe:
+    /// notifications not yet read stay for the next call.
+    pub async fn changed(&mut self) -> io::Result<()> {
+        let mut guard = self.fd.readable_mut().await?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut read = 0;
+        loop {
+            // SAFETY: receiving into a buffer we own, bounded by its length.
+            let n = unsafe {
+                libc::recv(
+                    guard.get_inner().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                )
+            };
+            if n >= 0 {
+                read += 1;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    guard.clear_ready();
+                    tracing::debug!("{read} netlink notifications");
+                    return Ok(());
+                }
+                // Notifications were lost: the caller reads everything again anyway.
+                Some(libc::ENOBUFS) | Some(libc::EINTR) => continue,
+                _ => return Err(e),
+            }
+        }
     }
 }
 

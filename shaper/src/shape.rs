@@ -29,7 +29,7 @@ use crate::{
         DeviceLimits, GsoLimits, Interface, LimitsPlan, apply_limits, plan_limits, restore_limits,
     },
     netlink::Socket,
-    probe,
+    own, probe,
     qdisc::{self, FqParams, Snapshot},
     record::{AttachMode, State},
     runtime::{self, InterfaceLock},
@@ -97,6 +97,8 @@ pub fn apply_with(
         }
     );
     datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
+    // Before any packet meets it: the machine is one host from the first.
+    own::apply(&mut datapath, &own::addresses(&mut sock)?, &iface.name)?;
 
     let current = qdisc::snapshot(&mut sock, iface.ifindex, &iface.name)?;
     let (original, clsact_added) = match &stale {

@@ -8,6 +8,7 @@ use shaper_common::{
     ackfilter::KeepReason,
     diffserv::Diffserv,
     edt::{NS_PER_BYTE_SHIFT, NSEC_PER_SEC},
+    isolation::SELF_HOST,
     rate::DisplayRate,
     stats::{DELAY_BUCKETS, DropReason, PassReason, delay_bucket_upper_ns, quantile_bucket},
 };
@@ -428,12 +429,15 @@ fn rate_of(ns_per_byte_fp: u64) -> u64 {
     ((8 * NSEC_PER_SEC as u128) << NS_PER_BYTE_SHIFT).div_ceil(ns_per_byte_fp as u128) as u64
 }
 
-/// A key as a person reads it: the fields the isolation mode uses, `*` for the others.
+/// A key as a person reads it: the fields the isolation mode uses, `*` for the others, `self`
+/// for the machine's own addresses (`isolation::SELF_HOST`).
 pub fn describe_key(k: &FlowKey) -> String {
     let addr = |a: &[u32; 4]| -> String {
-        match k.family {
-            4 => Ipv4Addr::from(a[0].to_ne_bytes()).to_string(),
-            6 => {
+        match (*a, k.family) {
+            (SELF_HOST, _) => "self".into(),
+            ([0, 0, 0, 0], _) => "*".into(),
+            (_, 4) => Ipv4Addr::from(a[0].to_ne_bytes()).to_string(),
+            (_, 6) => {
                 let mut bytes = [0u8; 16];
                 for (i, w) in a.iter().enumerate() {
                     bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
@@ -443,20 +447,15 @@ pub fn describe_key(k: &FlowKey) -> String {
             _ => "*".into(),
         }
     };
-    if k.family == 0 {
+    if *k
+        == (FlowKey {
+            tin: k.tin,
+            ..FlowKey::default()
+        })
+    {
         return "(all traffic)".into();
     }
     let (src, dst) = (addr(&k.src), addr(&k.dst));
-    let src = if k.src == [0; 4] {
-        "*".to_string()
-    } else {
-        src
-    };
-    let dst = if k.dst == [0; 4] {
-        "*".to_string()
-    } else {
-        dst
-    };
     let overflow = if k.overflow != 0 { " (overflow)" } else { "" };
     match k.proto {
         0 => format!("{src} > {dst}{overflow}"),
@@ -494,6 +493,17 @@ mod tests {
         };
         assert_eq!(describe_key(&host), "* > 10.2.0.1");
         assert_eq!(describe_key(&FlowKey::default()), "(all traffic)");
+        let machine = FlowKey {
+            src: SELF_HOST,
+            ..Default::default()
+        };
+        assert_eq!(describe_key(&machine), "self > *");
+        let pair = FlowKey {
+            dst: [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 1])],
+            family: 6,
+            ..machine
+        };
+        assert_eq!(describe_key(&pair), "self > ::1");
         assert_eq!(
             rate_of(shaper_common::edt::ns_per_byte_fp(100_000_000)),
             100_000_000

@@ -302,3 +302,88 @@ fn the_control_plane_reads_and_writes_hosts_in_batches() {
         rated.len()
     );
 }
+
+#[test]
+fn the_machines_own_addresses_are_one_host_in_either_family() {
+    use std::{
+        collections::BTreeSet,
+        net::{IpAddr, Ipv4Addr},
+    };
+
+    use shaper::own;
+    use shaper_common::{
+        abi::{FlowKey, ShaperConfig},
+        isolation::{Isolation, SELF_HOST, prefix_mask},
+    };
+    // The server: 10.0.0.1 and fd00::1 (`packet::ipv6` addresses are fd00::LAST).
+    let server_v4 = Ipv4Addr::new(10, 0, 0, 1);
+    let server_v6: IpAddr = "fd00::1".parse().unwrap();
+    let both: BTreeSet<_> = [
+        own::lookup_key(server_v4.into()),
+        own::lookup_key(server_v6),
+    ]
+    .into();
+    let v4_to = |last: u8| packet::tcp4_flow(server_v4.octets(), [10, 0, 0, last], 40_000, 80, 100);
+    let v6_from = |src_last: u8, dst_last: u8| {
+        let tcp = packet::tcp_header(40_000, 80, packet::ACK);
+        Frame::ether_type(packet::ETH_P_IPV6)
+            .payload(packet::ipv6(packet::TCP, src_last, dst_last, &tcp))
+            .build()
+    };
+    let harness = |mode: Isolation| {
+        let mut h = Harness::new(ShaperConfig {
+            isolation: mode as u32,
+            host_mask_v4: u32::MAX,
+            host_mask_v6: prefix_mask(64, 4),
+            ..config(10_000_000_000, SECOND)
+        });
+        assert_eq!(h.datapath.set_own_addresses(&both).unwrap(), 0);
+        h
+    };
+    let send = |h: &mut Harness, frame: &[u8]| {
+        assert_eq!(h.run(frame, &SkbContext::default()).verdict, PASS);
+    };
+    let keys = |h: &Harness| -> Vec<FlowKey> {
+        let mut keys: Vec<_> = h
+            .datapath
+            .hosts()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        keys.sort_by_key(|k| (k.family, k.src, k.dst));
+        keys
+    };
+
+    // Pairs: the server is the source of both families' pairs; fd00::5, in its /64 but not
+    // its own, is a host of its own.
+    let mut h = harness(Isolation::TripleIsolate);
+    send(&mut h, &v4_to(9));
+    send(&mut h, &v6_from(1, 9));
+    send(&mut h, &v6_from(5, 9));
+    let pairs = keys(&h);
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    assert_eq!((pairs[0].src, pairs[0].family), (SELF_HOST, 4), "{pairs:?}");
+    let fd00 = [u32::from_ne_bytes([0xfd, 0, 0, 0]), 0, 0, 0];
+    assert_eq!((pairs[1].src, pairs[1].family), (fd00, 6), "{pairs:?}");
+    assert_eq!((pairs[2].src, pairs[2].family), (SELF_HOST, 6), "{pairs:?}");
+
+    // Sources alone: the server is one host, with no family.
+    let mut h = harness(Isolation::DualSrcHost);
+    send(&mut h, &v4_to(9));
+    send(&mut h, &v6_from(1, 9));
+    let hosts = keys(&h);
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    assert_eq!((hosts[0].src, hosts[0].family), (SELF_HOST, 0));
+
+    // The IPv4 address goes: its packets are a host of their own again.
+    let v6_only: BTreeSet<_> = [own::lookup_key(server_v6)].into();
+    assert_eq!(h.datapath.set_own_addresses(&v6_only).unwrap(), 0);
+    send(&mut h, &v4_to(9));
+    let hosts = keys(&h);
+    assert_eq!(hosts.len(), 2, "{hosts:?}");
+    assert_eq!(
+        (hosts[1].src, hosts[1].family),
+        ([u32::from_ne_bytes(server_v4.octets()), 0, 0, 0], 4)
+    );
+}

@@ -41,7 +41,7 @@ use crate::{
     health, ingress,
     interfaces::{Link, Plan},
     link::Interface,
-    linkwatch::{self, Watcher},
+    linkwatch,
     live::{
         self,
         protocol::{Request, Response},
@@ -49,8 +49,8 @@ use crate::{
         source::Source,
     },
     metrics::{self, Direction, status::Monitor},
-    netlink::Socket,
-    notify, priority, probe, runtime, shape,
+    netlink::{Socket, Subscription},
+    notify, own, priority, probe, runtime, shape,
     spares::Spares,
 };
 
@@ -242,10 +242,11 @@ impl Supervisor {
         } = signals;
         // Subscribed before the first look, so that no change falls between the two.
         let mut watcher = if self.follow {
-            Some(Watcher::open()?)
+            Some(Subscription::open(linkwatch::GROUPS)?)
         } else {
             None
         };
+        let mut addresses = Subscription::open(own::GROUPS)?;
         self.reconcile()?;
         notify::ready(&self.status());
         let mut tick = tokio::time::interval(control::INTERVAL);
@@ -305,6 +306,10 @@ impl Supervisor {
                 changed = linkwatch_changed(&mut watcher) => {
                     changed.map_err(|e| anyhow::anyhow!("watching the interfaces: {e}"))?;
                     self.reconcile()?;
+                }
+                changed = addresses.changed() => {
+                    changed.map_err(|e| anyhow::anyhow!("watching the machine's addresses: {e}"))?;
+                    self.own_addresses_changed();
                 }
                 _ = check.tick() => self.check()?,
             }
@@ -501,11 +506,35 @@ impl Supervisor {
                 self.failed.insert(name, failed);
             }
         }
+        // A backstop for a notification missed: the same looks the watchers trigger.
+        self.own_addresses_changed();
         if self.follow {
-            // A backstop for a notification missed: the same look the watcher triggers.
             self.reconcile()?;
         }
         Ok(())
+    }
+
+    /// Gives every data path the machine's own addresses as they are now. A failure is logged
+    /// and leaves the data paths with the addresses they had, until the next change or check.
+    fn own_addresses_changed(&mut self) {
+        let own = match own::addresses(&mut self.sock) {
+            Ok(own) => own,
+            Err(e) => {
+                warn!("reading the machine's addresses: {e}");
+                return;
+            }
+        };
+        for s in &mut self.shaped {
+            let name = s.name().to_string();
+            let deployment = &mut s.deployment;
+            let mut result = own::apply(deployment.datapath_mut(), &own, &name);
+            if let Some(ingress) = deployment.nested_mut() {
+                result = result.and(own::apply(ingress.datapath_mut(), &own, &name));
+            }
+            if let Err(e) = result {
+                warn!("{name}: giving the data path the machine's addresses: {e}");
+            }
+        }
     }
 
     /// Applies `request` (from interface `at`'s socket, or a signal), logs the outcome and
@@ -809,7 +838,7 @@ async fn next_request(shaped: &mut [Shaped]) -> (usize, Pending) {
 }
 
 /// The watcher's next change; never, without a watcher.
-async fn linkwatch_changed(watcher: &mut Option<Watcher>) -> std::io::Result<()> {
+async fn linkwatch_changed(watcher: &mut Option<Subscription>) -> std::io::Result<()> {
     match watcher {
         Some(w) => w.changed().await,
         None => std::future::pending().await,
