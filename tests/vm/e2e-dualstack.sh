@@ -12,8 +12,11 @@
 #
 # Phases, each with its promise (a failure with its figures):
 #   cake:   CAKE dual-dsthost at RATE, the reference, in the same boot (nothing asserted);
-#   shaper: shaper's default mode: the clients' goodputs are within MIN_MAX of each other
-#           (min/max), and their sum within TOLERANCE % of CAKE's;
+#   shaper: shaper's default mode: the clients' shares of the link are within MIN_MAX of each
+#           other (min/max), and their goodputs' sum within TOLERANCE % of CAKE's. A share is
+#           the goodput over the payload a full frame carries in its family: with 20 bytes more
+#           of header an IPv6 frame carries 1428 bytes of TCP payload (with timestamps) where
+#           an IPv4 one carries 1448, so an equal share of wire time is 1.4 % less goodput;
 #   moved:  shaper still running, the server gains an address in another /64 (fd0a::1) and c's
 #           connections come from it: the new address is the server too, within the second
 #           the address notifications allow (min/max as before; shaper's hosts show no source
@@ -73,9 +76,11 @@ EOF
 	echo $got
 }
 
-# spread GOODPUTS: min/max of the three.
+# spread GOODPUTS: min/max of the three clients' shares of the link (see the header; only b,
+# the second, is IPv4).
 spread() {
-	echo "$1" | awk '{ lo = hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
+	echo "$1" | awk '{ $1 *= 1448 / 1428; $3 *= 1448 / 1428
+		lo = hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
 		printf "%.3f", (hi > 0 ? lo / hi : 0) }'
 }
 

@@ -36,6 +36,9 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-restore.sh"],
     &["tests/vm/e2e-ingress.sh"],
     &["tests/vm/e2e-forward.sh"],
+    // Over IPv6 and IPv4: a dual-stack server is one host to its clients of both families,
+    // also after it gains an address.
+    &["tests/vm/e2e-dualstack.sh"],
     &["tests/vm/e2e-ackfilter.sh"],
     // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
     // without it.
