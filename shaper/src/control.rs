@@ -630,18 +630,21 @@ mod tests {
 
     #[test]
     fn a_dual_stack_server_is_one_source_to_clients_of_either_family() {
+        let pair = |src: [u32; 4], client: u32, family: u8, flows: f64| {
+            let key = FlowKey {
+                src,
+                dst: [client, 0, 0, 0],
+                family,
+                ..Default::default()
+            };
+            (key, bulk(flows))
+        };
         // The server's IPv4 and IPv6 addresses as the data path keys them: one host, and its
         // three clients (one over IPv4) equal, as under dual-dsthost.
-        let pair = |client: u32, family: u8| FlowKey {
-            src: SELF_HOST,
-            dst: [client, 0, 0, 0],
-            family,
-            ..Default::default()
-        };
         let mut active = [
-            (pair(1, 6), bulk(2.0)),
-            (pair(2, 4), bulk(6.0)),
-            (pair(3, 6), bulk(12.0)),
+            pair(SELF_HOST, 1, 6, 2.0),
+            pair(SELF_HOST, 2, 4, 6.0),
+            pair(SELF_HOST, 3, 6, 12.0),
         ];
         apply_triple_isolate_weights(&mut active);
         for (_, s) in &active {
@@ -649,16 +652,11 @@ mod tests {
         }
         // A source that is not the machine is two hosts in two families (a v4 and a v6 address
         // may share their words): the v4 one keeps half, against two pairs of the v6 one.
-        let other = |client: u32, family: u8| FlowKey {
-            src: [9, 0, 0, 0],
-            dst: [client, 0, 0, 0],
-            family,
-            ..Default::default()
-        };
+        let other = [9, 0, 0, 0];
         let mut active = [
-            (other(1, 4), bulk(1.0)),
-            (other(2, 6), bulk(1.0)),
-            (other(3, 6), bulk(1.0)),
+            pair(other, 1, 4, 1.0),
+            pair(other, 2, 6, 1.0),
+            pair(other, 3, 6, 1.0),
         ];
         apply_triple_isolate_weights(&mut active);
         assert!(close(active[0].1.weight, 1.5), "{active:?}");
