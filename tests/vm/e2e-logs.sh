@@ -27,13 +27,16 @@ load() {
 }
 
 # measure ARGS...: shaper started with ARGS under the load, then one flow's goodput at the
-# internet's RTT (where the AQM leaves TCP at the rate: the rate is compared there), printed.
+# internet's RTT (where the AQM leaves TCP at the rate: the rate is compared there), printed;
+# every byte s0 sent meanwhile was stamped or passed unshaped (lib.sh's accounting_fault).
 measure() {
 	shaper_start $start "$@"
 	verifier_budget >&2
+	counted=$(byte_counters "$SRC" s0)
 	load
 	run "$SRC" shaper set --iface s0 --rtt internet >/dev/null || fail "shaper set --rtt internet"
 	goodput_mbit "$SECONDS_PER_RUN" 1 || exit 1
+	check_accounting "$SRC" s0 "$counted" "shaper run $*"
 	shaper_stop
 }
 
