@@ -9,6 +9,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
+use shaper_common::isolation::own_lookup_key;
 use tracing::warn;
 
 use crate::{
@@ -61,13 +62,17 @@ fn parse_address(msg: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// `addr` as the data path looks it up: an IPv6 address, IPv4 ones mapped into it.
+/// `addr` as the data path looks it up (`isolation::own_lookup_key`), from its words as a
+/// packet carries them.
 pub fn lookup_key(addr: IpAddr) -> [u32; 4] {
-    let octets = match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    };
-    std::array::from_fn(|i| u32::from_ne_bytes(octets[4 * i..4 * i + 4].try_into().unwrap()))
+    let word = |b: &[u8]| u32::from_ne_bytes(b.try_into().unwrap());
+    match addr {
+        IpAddr::V4(a) => own_lookup_key(&[word(&a.octets()), 0, 0, 0], false),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            own_lookup_key(&std::array::from_fn(|i| word(&o[4 * i..4 * i + 4])), true)
+        }
+    }
 }
 
 /// Writes `own` to `datapath` (`iface`'s, for the log). Addresses beyond the map's room are
@@ -86,8 +91,6 @@ pub fn apply(datapath: &mut Datapath, own: &Own, iface: &str) -> Result<(), BpfE
 
 #[cfg(test)]
 mod tests {
-    use shaper_common::isolation::own_lookup_key;
-
     use super::*;
     use crate::netlink::Attrs;
 
@@ -122,13 +125,13 @@ mod tests {
 
     #[test]
     fn the_loader_keys_addresses_as_the_data_path_looks_them_up() {
+        let bytes = |k: [u32; 4]| -> Vec<u8> { k.iter().flat_map(|w| w.to_ne_bytes()).collect() };
         let v4 = Ipv4Addr::new(10, 9, 0, 1);
-        let packet_v4 = [u32::from_ne_bytes(v4.octets()), 0, 0, 0];
-        assert_eq!(lookup_key(v4.into()), own_lookup_key(&packet_v4, false));
+        assert_eq!(
+            bytes(lookup_key(v4.into())),
+            v4.to_ipv6_mapped().octets().to_vec()
+        );
         let v6: Ipv6Addr = "fd09::1".parse().unwrap();
-        let o = v6.octets();
-        let packet_v6: [u32; 4] =
-            std::array::from_fn(|i| u32::from_ne_bytes(o[4 * i..4 * i + 4].try_into().unwrap()));
-        assert_eq!(lookup_key(v6.into()), own_lookup_key(&packet_v6, true));
+        assert_eq!(bytes(lookup_key(v6.into())), v6.octets().to_vec());
     }
 }
