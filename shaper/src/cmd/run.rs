@@ -134,6 +134,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         monitor: monitor.clone(),
         sock: Socket::open()?,
         spares: Spares::default(),
+        own: own::Own::new(),
     };
     let served = runtime.block_on(supervisor.serve(signals));
     monitor.stopping();
@@ -227,6 +228,9 @@ struct Supervisor {
     /// Data paths loaded ahead, so that an interface that appears is shaped at once (only
     /// while the interfaces follow the system).
     spares: Spares,
+    /// The machine's addresses every shaped data path was last given (each is also given the
+    /// set of the moment it is shaped): a check that reads the same set writes nothing.
+    own: own::Own,
 }
 
 impl Supervisor {
@@ -514,8 +518,9 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Gives every data path the machine's own addresses as they are now. A failure is logged
-    /// and leaves the data paths with the addresses they had, until the next change or check.
+    /// Gives every data path the machine's own addresses as they are now, when they changed. A
+    /// failure is logged and leaves the data paths with the addresses they had, until the next
+    /// change or check.
     fn own_addresses_changed(&mut self) {
         let own = match own::addresses(&mut self.sock) {
             Ok(own) => own,
@@ -524,6 +529,10 @@ impl Supervisor {
                 return;
             }
         };
+        if own == self.own {
+            return;
+        }
+        let mut all_given = true;
         for s in &mut self.shaped {
             let name = s.name().to_string();
             let deployment = &mut s.deployment;
@@ -533,7 +542,11 @@ impl Supervisor {
             }
             if let Err(e) = result {
                 warn!("{name}: giving the data path the machine's addresses: {e}");
+                all_given = false;
             }
+        }
+        if all_given {
+            self.own = own;
         }
     }
 
