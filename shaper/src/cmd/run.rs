@@ -250,7 +250,9 @@ impl Supervisor {
         } else {
             None
         };
-        let mut addresses = Subscription::open(own::GROUPS)?;
+        let mut addresses = Subscription::open(own::GROUPS).map_err(|e| {
+            anyhow::anyhow!("subscribing to the machine's address notifications (netlink): {e}")
+        })?;
         self.reconcile()?;
         notify::ready(&self.status());
         let mut tick = tokio::time::interval(control::INTERVAL);
