@@ -9,8 +9,6 @@
 
 use std::{fmt, time::Duration};
 
-use aya::programs::{SchedClassifier, TcAttachType};
-
 use crate::{
     bpf,
     filter::{self, Hook},
@@ -18,6 +16,7 @@ use crate::{
     netlink::{NetlinkError, Socket},
     qdisc::{Qdisc, TC_H_ROOT},
     record::AttachMode,
+    tcx,
 };
 
 /// How often the checks run: a change is found (and repaired) within this, plus one check's
@@ -120,8 +119,9 @@ pub fn is_attached(
 }
 
 /// The ids of the programs attached at `hook` of `iface` in `mode`: with TCX, every program
-/// there (a query that fails, the device going away, counts as none; the link check tells
-/// which); with netlink, shaper's filter's (at [`bpf::NETLINK_PRIORITY`]).
+/// there (none when the device went away; the link check tells that); with netlink, shaper's
+/// filter's (at [`bpf::NETLINK_PRIORITY`]). A query that fails otherwise is an error, not
+/// "detached": attaching again would not mend it.
 pub fn attached(
     sock: &mut Socket,
     iface: &Interface,
@@ -129,15 +129,10 @@ pub fn attached(
     hook: Hook,
 ) -> Result<Vec<u32>, NetlinkError> {
     match mode {
-        AttachMode::Tcx => {
-            let attach_type = match hook {
-                Hook::Ingress => TcAttachType::Ingress,
-                Hook::Egress => TcAttachType::Egress,
-            };
-            Ok(SchedClassifier::query_tcx(&iface.name, attach_type)
-                .map(|(_, programs)| programs.iter().map(|p| p.id()).collect())
-                .unwrap_or_default())
-        }
+        AttachMode::Tcx => match tcx::attached(iface.ifindex, hook) {
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(Vec::new()),
+            found => Ok(found?),
+        },
         AttachMode::Netlink => Ok(filter::list(sock, iface.ifindex, hook)?
             .into_iter()
             .filter(|f| f.priority == u32::from(bpf::NETLINK_PRIORITY))

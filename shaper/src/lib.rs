@@ -38,5 +38,6 @@ pub mod segmenter;
 pub mod shape;
 pub mod spares;
 pub mod stats;
+pub mod tcx;
 pub mod tune;
 pub mod watch;

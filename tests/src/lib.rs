@@ -1,6 +1,7 @@
 //! Test support: crafted packets and `__sk_buff` contexts for BPF_PROG_TEST_RUN, and a handle
 //! on a freshly loaded data path.
 
+pub mod caps;
 pub mod fuzz;
 pub mod oracle;
 pub mod packet;

@@ -18,60 +18,12 @@ use shaper::{
     metrics::{Direction, http, status::Monitor},
     record::{AttachMode, State},
 };
-use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext};
-
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-
-/// `capset(2)`'s header and one of its two 32-bit words of each set (version 3).
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-/// Leaves the calling thread with exactly `caps`, effective and permitted (for good: what is
-/// no longer permitted cannot be taken back).
-fn keep_only(caps: &[u32]) {
-    let mut data = [CapData::default(); 2];
-    for &cap in caps {
-        let word = &mut data[(cap / 32) as usize];
-        word.effective |= 1 << (cap % 32);
-        word.permitted |= 1 << (cap % 32);
-    }
-    let header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    // SAFETY: a version-3 header and its two data words, as capset(2) reads them.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
-    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
-}
-
-/// The calling thread's effective set, from the kernel.
-fn effective() -> u64 {
-    let header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: as above; capget(2) writes the two words.
-    let rc = unsafe { libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) };
-    assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
-    u64::from(data[0].effective) | u64::from(data[1].effective) << 32
-}
+use shaper_tests::{
+    Harness, PASS,
+    caps::{CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, effective, keep_only},
+    config, packet,
+    skb::SkbContext,
+};
 
 fn get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();

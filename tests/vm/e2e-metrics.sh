@@ -5,7 +5,8 @@
 # paths 404; clients that send nothing hold neither the control loop nor a scrape back; an
 # address in use fails the start before the interface is touched; after exit nothing listens.
 # shaper runs with only the capabilities its DaemonSet and systemd unit grant (CAP_BPF,
-# CAP_NET_ADMIN, CAP_PERFMON: no CAP_SYS_ADMIN to open maps by id).
+# CAP_NET_ADMIN, CAP_PERFMON: no CAP_SYS_ADMIN to open maps by id), and everything fq sent under
+# load went through it (the accounting invariant), with nothing "repaired" that nobody changed.
 #
 # Then, as in a DaemonSet's rolling update: a shaper started with `--when-replaced wait` is
 # replaced by a `shaper run --replace`; it stays alive, /readyz 503 (replaced), /healthz 200
@@ -80,6 +81,7 @@ listening=$(run "$SRC" ss -H -ltnp | grep "pid=$SHAPER_PID,")
 echo "$listening" | grep -q "127.0.0.1:$PORT " || fail "shaper does not listen on 127.0.0.1:$PORT alone: [$listening]"
 [ "$(echo "$listening" | wc -l)" -eq 1 ] || fail "shaper listens on more than its metrics address: [$listening]"
 
+counted=$(byte_counters "$SRC" s0)
 run "$SRC" iperf3 -c 10.9.0.2 -t "$LOAD_SECONDS" -P 2 >/tmp/iperf3.out 2>&1 &
 load=$!
 sleep 4
@@ -173,6 +175,8 @@ late=$(metric /tmp/metrics2.txt shaper_control_tick_lateness_seconds_count)
 log "beside 3 idle clients: scrape in $took ms, $((ticks1 - ticks0)) ticks since the last one"
 kill $idle 2>/dev/null
 wait "$load" || fail "iperf3: $(cat /tmp/iperf3.out)"
+check_accounting "$SRC" s0 "$counted" "the load under shaper's own capabilities"
+grep -q "behind shaper's back" /tmp/shaper.log && fail "shaper repaired what nobody changed: $(grep "behind shaper's back" /tmp/shaper.log | head -3)"
 
 shaper_stop
 [ "$(qdisc_state s0)" = "$original" ] || fail "qdisc not restored"
