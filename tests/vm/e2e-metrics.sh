@@ -237,6 +237,9 @@ echo "$after" | grep -q '"egress_programs":\[[0-9]' || fail "no program at s0's 
 kill -TERM "$new"
 wait "$new" || { cat /tmp/new.log >&2; fail "the new shaper exited with an error"; }
 [ "$(qdisc_state s0)" = "$original" ] || fail "qdisc not restored by the new shaper"
+for replaced_log in /tmp/old.log /tmp/new.log; do
+	grep -q "behind shaper's back" "$replaced_log" && fail "$replaced_log: shaper repaired what nobody changed: $(grep "behind shaper's back" "$replaced_log" | head -3)"
+done
 log "replaced with --when-replaced wait: alive and 503 on /readyz, 200 on /healthz after 6 s; exited 0 on SIGTERM, s0 left to the new one"
 
 echo "RESULT kernel=$(uname -r) metrics_lines=$(wc -l </tmp/metrics.txt) scrape_gap_ms=$gap_ms idle_scrape_ms=$took"
