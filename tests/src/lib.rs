@@ -6,6 +6,7 @@ pub mod fuzz;
 pub mod oracle;
 pub mod packet;
 pub mod skb;
+pub mod veth;
 pub mod xlated;
 
 use aya::programs::{ProgramError, TestRun, TestRunOptions};

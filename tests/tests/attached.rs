@@ -3,7 +3,7 @@
 //! program attached through TCX as detached made the check attach it again four times a second,
 //! and traffic left unshaped between. Needs root (to create the device, then give the rest up).
 
-use std::{process::Command, sync::Mutex};
+use std::sync::Mutex;
 
 use aya::programs::{SchedClassifier, TcAttachType};
 use shaper::{
@@ -13,6 +13,7 @@ use shaper::{
 use shaper_tests::{
     TEST_STATE,
     caps::{CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, effective, keep_only},
+    veth,
 };
 
 /// One device at a time: the tests share its name.
@@ -20,21 +21,11 @@ static DEVICE: Mutex<()> = Mutex::new(());
 const DEV: &str = "shat0";
 const PEER: &str = "shat1";
 
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("ip");
-    assert!(status.success(), "ip {args:?}");
-}
-
 /// Attaches a fresh data path at DEV's egress in `mode` and checks what the health check reads
 /// there, attached and after detaching, as shaper runs: without CAP_SYS_ADMIN.
 fn reads_its_own_program(mode: AttachMode) {
     let _only = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = Command::new("ip")
-        .args(["link", "del", DEV])
-        .stderr(std::process::Stdio::null())
-        .status();
-    ip(&["link", "add", DEV, "type", "veth", "peer", "name", PEER]);
-    ip(&["link", "set", DEV, "up"]);
+    veth::pair(DEV, PEER);
     let iface = Interface::lookup(DEV).unwrap();
     let mut sock = Socket::open().unwrap();
     if mode == AttachMode::Netlink {
@@ -71,7 +62,7 @@ fn reads_its_own_program(mode: AttachMode) {
         .join()
         .unwrap();
     });
-    ip(&["link", "del", DEV]);
+    veth::ip(&["link", "del", DEV]);
 }
 
 #[test]

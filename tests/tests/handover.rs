@@ -4,7 +4,7 @@
 //! and the programs are replaced in place at a TCX link and at a netlink filter. Needs root.
 //! Each test mounts a bpffs of its own.
 
-use std::{ffi::CString, path::PathBuf, process::Command, sync::Mutex};
+use std::{ffi::CString, path::PathBuf, sync::Mutex};
 
 use aya::programs::{SchedClassifier, TcAttachType};
 use shaper::{
@@ -22,6 +22,7 @@ use shaper_tests::{
     Harness, PASS, TEST_STATE, config,
     packet::{self, Frame},
     skb::SkbContext,
+    veth,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -162,20 +163,9 @@ static LINK: Mutex<()> = Mutex::new(());
 const DEV: &str = "shho0";
 const PEER: &str = "shho1";
 
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("ip");
-    assert!(status.success(), "ip {args:?}");
-}
-
 fn veth() -> std::sync::MutexGuard<'static, ()> {
     let only = LINK.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = Command::new("ip")
-        .args(["link", "del", DEV])
-        .stderr(std::process::Stdio::null())
-        .status();
-    ip(&["link", "add", DEV, "type", "veth", "peer", "name", PEER]);
-    ip(&["link", "set", DEV, "up"]);
-    ip(&["link", "set", PEER, "up"]);
+    veth::pair(DEV, PEER);
     only
 }
 
@@ -229,7 +219,7 @@ fn a_tcx_link_left_pinned_is_updated_to_the_successors_program() {
         attached.is_empty(),
         "the successor owns the link: detaching removes it"
     );
-    ip(&["link", "del", DEV]);
+    veth::ip(&["link", "del", DEV]);
 }
 
 #[test]
@@ -283,7 +273,7 @@ fn a_netlink_filter_is_changed_in_place_to_the_successors_program() {
     );
     new.detach().unwrap();
     assert!(ours(&mut sock).is_empty(), "the successor owns the filter");
-    ip(&["link", "del", DEV]);
+    veth::ip(&["link", "del", DEV]);
 }
 
 #[test]
