@@ -9,11 +9,13 @@
 
 use std::{fmt, time::Duration};
 
+use anyhow::Context;
+
 use crate::{
     bpf,
     filter::{self, Hook},
     link::Interface,
-    netlink::{NetlinkError, Socket},
+    netlink::Socket,
     qdisc::{Qdisc, TC_H_ROOT},
     record::AttachMode,
     tcx,
@@ -114,7 +116,7 @@ pub fn is_attached(
     mode: AttachMode,
     hook: Hook,
     program_id: u32,
-) -> Result<bool, NetlinkError> {
+) -> anyhow::Result<bool> {
     Ok(attached(sock, iface, mode, hook)?.contains(&program_id))
 }
 
@@ -127,11 +129,16 @@ pub fn attached(
     iface: &Interface,
     mode: AttachMode,
     hook: Hook,
-) -> Result<Vec<u32>, NetlinkError> {
+) -> anyhow::Result<Vec<u32>> {
     match mode {
         AttachMode::Tcx => match tcx::attached(iface.ifindex, hook) {
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(Vec::new()),
-            found => Ok(found?),
+            found => found.with_context(|| {
+                format!(
+                    "{}: listing the programs at its TCX {hook:?} hook (BPF_PROG_QUERY)",
+                    iface.name
+                )
+            }),
         },
         AttachMode::Netlink => Ok(filter::list(sock, iface.ifindex, hook)?
             .into_iter()

@@ -22,7 +22,7 @@ struct CapData {
     inheritable: u32,
 }
 
-pub const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 /// Leaves the calling thread with exactly `caps`, effective and permitted (for good: what is
 /// no longer permitted cannot be taken back).
