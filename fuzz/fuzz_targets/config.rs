@@ -88,6 +88,7 @@ fn render(s: &Settings, fq_given: &FqOptions) -> String {
     put("split-gso", s.split_gso.into());
     put("diffserv", s.diffserv.name().into());
     put("wash", s.wash.into());
+    put("nat", s.nat.into());
     if s.fwmark_mask != 0 {
         put("fwmark", format!("{:#x}", s.fwmark_mask).into());
     }

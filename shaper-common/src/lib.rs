@@ -8,6 +8,7 @@ pub mod aqm;
 pub mod branchless;
 pub mod calendar;
 pub mod cb;
+pub mod conntrack;
 pub mod diffserv;
 pub mod edt;
 pub mod isolation;

@@ -23,6 +23,11 @@ pub mod map_names {
     /// The machine's own addresses (`isolation::own_lookup_key`), each one host
     /// (`isolation::SELF_HOST`). Each process writes its own: not carried.
     pub const OWN_ADDRS: &str = "SHAPER_OWN_ADDRS";
+    /// Where a packet's conntrack entry lies (`conntrack::ConntrackLayout`), with `--nat`.
+    pub const CONNTRACK: &str = "SHAPER_CONNTRACK";
+    /// Flows' addresses before NAT (`conntrack::NatKey`), for their packets that come without
+    /// their conntrack entry.
+    pub const NAT_FLOWS: &str = "SHAPER_NAT_FLOWS";
     /// Each CPU's budget of debug events (`logs::Buckets`), and aya-log's ring buffer they are
     /// written to: used only with `--log-datapath` (`logs`).
     pub const LOG_BUCKETS: &str = "SHAPER_LOG_BUCKETS";

@@ -5,14 +5,14 @@
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::bpf_ktime_get_ns,
     macros::{map, raw_tracepoint},
     maps::Array,
     programs::RawTracePointContext,
 };
 use shaper_common::{edt, overrun};
 
-use crate::{CONFIG, STATS, calendar, clock};
+use crate::{CONFIG, STATS, calendar, clock, kmem::read};
 
 #[map(name = "SHAPER_DEQUEUE_WATCH")]
 static WATCH: Array<overrun::DequeueWatch> = Array::with_max_entries(1, 0);
@@ -97,11 +97,4 @@ fn earn_slack(now: u64, tx: u64, bin_ns: u64) -> Option<()> {
         unsafe { atomic_xadd::<u64, u64, { Relaxed }>(credit, add) };
     }
     Some(())
-}
-
-#[inline(always)]
-fn read<T>(base: *const u8, offset: u32) -> Option<T> {
-    // SAFETY: a kernel pointer the tracepoint passed, read through the helper, which fails
-    // cleanly on a bad address.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T) }.ok()
 }

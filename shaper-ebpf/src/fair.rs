@@ -719,7 +719,8 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 }
 
 /// The key of `info` made of `want` fields (see `isolation::fields`); all-zero for none, so
-/// single-level modes share one pseudo-host. In a host field the machine's own addresses are
+/// single-level modes share one pseudo-host. A host field is made of the packet's host
+/// addresses (`PacketInfo::host_src`: before NAT, with `--nat`). In it the machine's own addresses are
 /// one host (`isolation::SELF_HOST`, with no family where it is the key's only address).
 ///
 /// Every field is written once, by value: a key zeroed first and then filled in made LLVM call
@@ -728,12 +729,12 @@ fn count(host: &mut HostState, flow: &mut FlowState, wire: u64, clock_ns: u64, w
 fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     const NO_ADDR: [u32; 4] = [0; 4];
     let v6 = info.l3_proto == ETH_P_IPV6;
-    let src_self = want & fields::SRC_HOST != 0 && own(&info.src_addr, v6);
-    let dst_self = want & fields::DST_HOST != 0 && own(&info.dst_addr, v6);
+    let src_self = want & fields::SRC_HOST != 0 && own(&info.host_src, v6);
+    let dst_self = want & fields::DST_HOST != 0 && own(&info.host_dst, v6);
     let src = if src_self {
         SELF_HOST
     } else if want & fields::SRC_HOST != 0 {
-        host_addr(&info.src_addr, v6, config)
+        host_addr(&info.host_src, v6, config)
     } else if want & fields::SRC_ADDR != 0 {
         info.src_addr
     } else {
@@ -742,7 +743,7 @@ fn key(info: &PacketInfo, want: u32, config: &ShaperConfig) -> FlowKey {
     let dst = if dst_self {
         SELF_HOST
     } else if want & fields::DST_HOST != 0 {
-        host_addr(&info.dst_addr, v6, config)
+        host_addr(&info.host_dst, v6, config)
     } else if want & fields::DST_ADDR != 0 {
         info.dst_addr
     } else {

@@ -17,10 +17,12 @@ mod ackfilter;
 mod calendar;
 mod cb;
 mod clock;
+mod conntrack;
 mod dequeue;
 mod destination;
 mod ecn;
 mod fair;
+mod kmem;
 mod log;
 mod parse;
 mod segment;
@@ -378,7 +380,7 @@ pub fn shaper_mark(ctx: TcContext) -> i32 {
 /// Parses the headers, pulling them into the linear area once if they are paged.
 #[inline(always)]
 fn classify(ctx: &TcContext) -> Result<parse::PacketInfo, ParseError> {
-    match parse::parse(ctx) {
+    let mut info = match parse::parse(ctx) {
         Err(ParseError::NotLinear) => {
             let want = if ctx.len() < MAX_HEADER_BYTES {
                 ctx.len()
@@ -389,7 +391,11 @@ fn classify(ctx: &TcContext) -> Result<parse::PacketInfo, ParseError> {
             parse::parse(ctx)
         }
         other => other,
-    }
+    }?;
+    info.host_src = info.src_addr;
+    info.host_dst = info.dst_addr;
+    conntrack::before_nat(ctx, &mut info);
+    Ok(info)
 }
 
 #[cfg(not(test))]

@@ -48,6 +48,11 @@ pub struct PacketInfo {
     /// IPv4 addresses sit in the first word, the rest zero; IPv6 uses all four (network order).
     pub src_addr: [u32; 4],
     pub dst_addr: [u32; 4],
+    /// The addresses its hosts are classified by: its own, or with `--nat` those it had before
+    /// NAT (`conntrack`); the caller fills them in after parsing. Flows keep the packet's own,
+    /// which the ACK filter matches against the other direction's.
+    pub host_src: [u32; 4],
+    pub host_dst: [u32; 4],
     /// Transport protocol (after IPv6 extension headers).
     pub ip_proto: u8,
     /// The DSCP/ECN byte (IPv4 TOS, IPv6 traffic class).
@@ -155,6 +160,8 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
             0,
             0,
         ],
+        host_src: [0; 4],
+        host_dst: [0; 4],
         ip_proto: hdr[9],
         tos: hdr[1],
         src_port: 0,
@@ -186,6 +193,8 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         l3_proto: ETH_P_IPV6,
         src_addr: [word(8), word(12), word(16), word(20)],
         dst_addr: [word(24), word(28), word(32), word(36)],
+        host_src: [0; 4],
+        host_dst: [0; 4],
         ip_proto: hdr[6],
         tos: (hdr[0] << 4) | (hdr[1] >> 4),
         src_port: 0,

@@ -19,6 +19,7 @@ use aya::{
 };
 use shaper_common::{
     abi::{FlowKey, FlowState, HostRate, HostState, Levels, ShaperConfig},
+    conntrack::ConntrackLayout,
     logs,
     names::{map_names, program_names, program_slots},
     overrun::{self, DequeueWatch, departures},
@@ -250,6 +251,14 @@ impl Datapath {
             .map_err(map_err(map_names::CONFIG))?;
         self.config = *config;
         Ok(())
+    }
+
+    /// Where the data path reads a packet's conntrack entry (`--nat`); all zero for off.
+    pub fn set_conntrack(&mut self, layout: &ConntrackLayout) -> Result<(), BpfError> {
+        let name = map_names::CONNTRACK;
+        let mut array =
+            Array::<_, ConntrackLayout>::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        array.set(0, *layout, 0).map_err(map_err(name))
     }
 
     /// Turns the segmenter on (`Some((split_segs, ifb_ifindex))`, see

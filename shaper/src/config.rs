@@ -126,6 +126,11 @@ layered! {
         /// Clear the DSCP of every packet after classifying it (ECN bits kept).
         #[arg(long, num_args = 0, default_missing_value = "true")]
         pub wash: Option<bool>,
+        /// Tell hosts apart by their addresses before NAT (CAKE's `nat`): on a router that
+        /// masquerades, each machine behind it is a host. Read from the packets' conntrack
+        /// entries; without conntrack in the kernel, a warning and the packets' own addresses.
+        #[arg(long, num_args = 0, default_missing_value = "true")]
+        pub nat: Option<bool>,
         /// fwmark bits (a mask, e.g. 0xff) whose value, when non-zero, is the tin plus one and
         /// overrides the DSCP.
         #[arg(long)]
@@ -360,6 +365,8 @@ pub struct Settings {
     pub diffserv: Diffserv,
     /// Clear the DSCP after classification.
     pub wash: bool,
+    /// Hosts by their addresses before NAT (`--nat`).
+    pub nat: bool,
     /// fwmark bits that select the tin (0: off).
     pub fwmark_mask: u32,
     pub ack_filter: AckFilter,
@@ -435,6 +442,7 @@ impl Settings {
             None => Diffserv::default(),
         };
         let wash = given.wash.unwrap_or(false);
+        let nat = given.nat.unwrap_or(false);
         let ack_filter = match given.ack_filter {
             Some(name) => AckFilter::parse(&name).ok_or(ConfigError::AckFilter(name))?,
             None => AckFilter::default(),
@@ -507,6 +515,7 @@ impl Settings {
             behind_bottleneck: false,
             diffserv,
             wash,
+            nat,
             fwmark_mask,
             ack_filter,
             metrics,
@@ -577,10 +586,11 @@ impl Settings {
 
     pub fn describe(&self) -> String {
         format!(
-            "{} at {}, {}, {}{}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
+            "{} at {}, {}{}, {}{}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
             self.iface,
             DisplayRate(self.rate_bps),
             self.isolation.name(),
+            if self.nat { " nat" } else { "" },
             self.diffserv.name(),
             if self.wash { " wash" } else { "" },
             self.rtt_ns / 1_000,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use shaper_common::overrun::DequeueWatch;
+use shaper_common::{conntrack::ConntrackLayout, overrun::DequeueWatch};
 
 /// A struct member's place: byte offset and size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,8 @@ struct Type {
     /// Size for sized kinds, the referenced type for the others.
     size_or_type: u32,
     members: Vec<(u32, u32, u32)>,
+    /// An array's element type and length.
+    array: Option<(u32, u32)>,
 }
 
 /// The types of one BTF blob.
@@ -77,7 +79,45 @@ impl KernelBtf {
         Self::parse(&data)
     }
 
+    /// A kernel module's (`/sys/kernel/btf/MODULE`), whose BTF is split: it goes on from the
+    /// running kernel's, `base`, in type ids and string offsets. None when the module is not
+    /// loaded.
+    pub fn module(base: &Self, module: &str) -> Result<Option<Self>, BtfError> {
+        let path = format!("/sys/kernel/btf/{module}");
+        match std::fs::read(&path) {
+            Ok(data) => Self::parse_split(&data, base).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(BtfError::Read {
+                path: "/sys/kernel/btf/<module>",
+                source,
+            }),
+        }
+    }
+
     pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+        // Type ids start at 1; id 0 is void.
+        let void = Type {
+            name_off: 0,
+            kind: 0,
+            kind_flag: false,
+            size_or_type: 0,
+            members: Vec::new(),
+            array: None,
+        };
+        Self::parse_onto(data, vec![void], Vec::new())
+    }
+
+    /// Split BTF over `base`: its types take the ids after the base's, its strings the offsets
+    /// after the base's, so the two read as one.
+    pub fn parse_split(data: &[u8], base: &Self) -> Result<Self, BtfError> {
+        Self::parse_onto(data, base.types.clone(), base.strings.clone())
+    }
+
+    fn parse_onto(
+        data: &[u8],
+        mut types: Vec<Type>,
+        mut strings: Vec<u8>,
+    ) -> Result<Self, BtfError> {
         let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
         let u32_at = |o: usize| {
             data.get(o..o + 4)
@@ -91,23 +131,15 @@ impl KernelBtf {
         let hdr_len = header(0)? as usize;
         let (type_off, type_len) = (header(1)? as usize, header(2)? as usize);
         let (str_off, str_len) = (header(3)? as usize, header(4)? as usize);
-        let strings = data
-            .get(hdr_len + str_off..hdr_len + str_off + str_len)
-            .ok_or(bad("string section out of bounds"))?
-            .to_vec();
+        strings.extend_from_slice(
+            data.get(hdr_len + str_off..hdr_len + str_off + str_len)
+                .ok_or(bad("string section out of bounds"))?,
+        );
         let start = hdr_len + type_off;
         let end = start + type_len;
         if data.len() < end {
             return Err(bad("type section out of bounds"));
         }
-        // Type ids start at 1; id 0 is void.
-        let mut types = vec![Type {
-            name_off: 0,
-            kind: 0,
-            kind_flag: false,
-            size_or_type: 0,
-            members: Vec::new(),
-        }];
         let mut o = start;
         while o < end {
             let word = |i: usize| u32_at(o + 4 * i).ok_or(bad("truncated type"));
@@ -116,9 +148,14 @@ impl KernelBtf {
             let kind = (info >> 24) & 0x1f;
             o += 12;
             let mut members = Vec::new();
+            let mut array = None;
             let extra = match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-                KIND_ARRAY => 12,
+                KIND_ARRAY => {
+                    let at = |i: usize| u32_at(o + 4 * i).ok_or(bad("truncated array"));
+                    array = Some((at(0)?, at(2)?));
+                    12
+                }
                 KIND_STRUCT | KIND_UNION => {
                     for m in 0..vlen {
                         let at =
@@ -139,6 +176,7 @@ impl KernelBtf {
                 kind_flag: info >> 31 != 0,
                 size_or_type,
                 members,
+                array,
             });
         }
         let mut btf = Self {
@@ -166,7 +204,49 @@ impl KernelBtf {
             .ok_or_else(|| BtfError::NoMember(name.to_owned(), member.to_owned()))
     }
 
+    /// Where the member reached by `path` lies in `struct name`: each step a member of the
+    /// one before (`["dst", "u3"]`), offsets added up.
+    pub fn member_path(&self, name: &str, path: &[&str]) -> Result<Member, BtfError> {
+        let mut id = *self
+            .structs
+            .get(name)
+            .ok_or_else(|| BtfError::NoStruct(name.to_owned()))?;
+        let mut at = Member { offset: 0, size: 0 };
+        for step in path {
+            let (found, type_id) = self
+                .find_typed(id, step, 0, 0)
+                .ok_or_else(|| BtfError::NoMember(name.to_owned(), path.join(".")))?;
+            at = Member {
+                offset: at.offset + found.offset,
+                size: found.size,
+            };
+            id = self.resolve(type_id);
+        }
+        Ok(at)
+    }
+
+    /// The size of `struct name`.
+    pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
+        let id = *self
+            .structs
+            .get(name)
+            .ok_or_else(|| BtfError::NoStruct(name.to_owned()))?;
+        Ok(self.types[id as usize].size_or_type)
+    }
+
     fn find(&self, id: u32, member: &str, base_bits: u32, depth: u32) -> Option<Member> {
+        self.find_typed(id, member, base_bits, depth)
+            .map(|(m, _)| m)
+    }
+
+    /// [`Self::find`], with the member's type.
+    fn find_typed(
+        &self,
+        id: u32,
+        member: &str,
+        base_bits: u32,
+        depth: u32,
+    ) -> Option<(Member, u32)> {
         let t = self.types.get(id as usize)?;
         if depth > 8 {
             return None;
@@ -180,17 +260,20 @@ impl KernelBtf {
                 };
             let name = self.name(name_off);
             if name == member {
-                return Some(Member {
-                    offset: bits / 8,
-                    size: self.size(type_id)?,
-                });
+                return Some((
+                    Member {
+                        offset: bits / 8,
+                        size: self.size(type_id)?,
+                    },
+                    type_id,
+                ));
             }
             if name.is_empty() {
                 let inner = self.resolve(type_id);
                 if matches!(
                     self.types.get(inner as usize)?.kind,
                     KIND_STRUCT | KIND_UNION
-                ) && let Some(found) = self.find(inner, member, bits, depth + 1)
+                ) && let Some(found) = self.find_typed(inner, member, bits, depth + 1)
                 {
                     return Some(found);
                 }
@@ -217,12 +300,16 @@ impl KernelBtf {
         id
     }
 
-    /// Of the kinds the observer reads (arrays and the rest: unknown).
+    /// Of the kinds the data path reads (the rest: unknown).
     fn size(&self, id: u32) -> Option<u32> {
         let t = self.types.get(self.resolve(id) as usize)?;
         match t.kind {
             KIND_PTR => Some(8),
             KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 => Some(t.size_or_type),
+            KIND_ARRAY => {
+                let (element, len) = t.array?;
+                self.size(element)?.checked_mul(len)
+            }
             _ => None,
         }
     }
@@ -254,6 +341,36 @@ pub fn dequeue_watch(btf: &KernelBtf) -> Result<DequeueWatch, BtfError> {
         dev_net: expect("net_device", "nd_net", 8)?,
         net_inum: btf.member("net", "ns")?.offset + expect("ns_common", "inum", 4)?,
         ..Default::default()
+    })
+}
+
+/// Where the data path reads a packet's conntrack entry (`shaper_common::conntrack`):
+/// `sk_buff`'s `_nfct` in the kernel's BTF, the entry's tuples in `conntrack`'s (the
+/// kernel's own when conntrack is built in, the `nf_conntrack` module's otherwise), each
+/// checked for the size it is read as.
+pub fn conntrack_layout(
+    kernel: &KernelBtf,
+    conntrack: &KernelBtf,
+) -> Result<ConntrackLayout, BtfError> {
+    let sized = |btf: &KernelBtf, s: &str, path: &[&str], size: u32| -> Result<u32, BtfError> {
+        let found = btf.member_path(s, path)?;
+        if found.size != size {
+            return Err(BtfError::Malformed("a member has an unexpected size"));
+        }
+        Ok(found.offset)
+    };
+    let hash = conntrack.struct_size("nf_conntrack_tuple_hash")?;
+    // `tuplehash[IP_CT_DIR_MAX]`: the original direction's, then the reply's.
+    let tuplehash = sized(conntrack, "nf_conn", &["tuplehash"], 2 * hash)?;
+    let tuple = conntrack
+        .member_path("nf_conntrack_tuple_hash", &["tuple"])?
+        .offset;
+    Ok(ConntrackLayout {
+        skb_nfct: sized(kernel, "sk_buff", &["_nfct"], 8)?,
+        ct_tuple: tuplehash + tuple,
+        tuple_stride: hash,
+        src_addr: sized(conntrack, "nf_conntrack_tuple", &["src", "u3"], 16)?,
+        dst_addr: sized(conntrack, "nf_conntrack_tuple", &["dst", "u3"], 16)?,
     })
 }
 
@@ -289,6 +406,11 @@ mod tests {
         push(&[0, 4, 64]);
         push(&[name("b"), 1, 128]);
         push(&[name("p"), 5, 192]);
+        assemble(&types, &strings)
+    }
+
+    /// A BTF blob of a type section and a string section.
+    fn assemble(types: &[u8], strings: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend(MAGIC.to_le_bytes());
         out.extend([1, 0]);
@@ -304,6 +426,52 @@ mod tests {
         out.extend(types);
         out.extend(strings);
         out
+    }
+
+    /// A module's split BTF over `blob()`: struct m { int h[2]; struct s inner; } and
+    /// struct n { struct m pair[2]; }, naming its members with its own strings (offsets after
+    /// the base's) and the base's types by their ids.
+    fn module_blob(base_strings: u32) -> Vec<u8> {
+        let strings = b"m\0h\0inner\0n\0pair\0";
+        let name = |at: u32| base_strings + at;
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| types.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        let info = |kind: u32, vlen: u32| (kind << 24) | vlen;
+        // Base ids 1..=6; these take 7 on.
+        push(&[0, info(KIND_ARRAY, 0), 0, 1, 1, 2]); // 7: int[2]
+        push(&[name(0), info(KIND_STRUCT, 2), 40]); // 8: m
+        push(&[name(2), 7, 0]);
+        push(&[name(4), 6, 64]);
+        push(&[0, info(KIND_ARRAY, 0), 0, 8, 1, 2]); // 9: m[2]
+        push(&[name(10), info(KIND_STRUCT, 1), 80]); // 10: n
+        push(&[name(12), 9, 0]);
+        assemble(&types, strings)
+    }
+
+    #[test]
+    fn a_modules_split_btf_reads_on_from_the_kernels() {
+        let base = KernelBtf::parse(&blob()).unwrap();
+        let module =
+            KernelBtf::parse_split(&module_blob(base.strings.len() as u32), &base).unwrap();
+        assert_eq!(
+            module.member("m", "h").unwrap(),
+            Member { offset: 0, size: 8 }
+        );
+        assert_eq!(
+            module.member_path("m", &["inner", "p"]).unwrap(),
+            Member {
+                offset: 8 + 24,
+                size: 8
+            }
+        );
+        assert_eq!(module.member("n", "pair").unwrap().size, 80);
+        assert_eq!(module.struct_size("m").unwrap(), 40);
+        // The base's own types are still there.
+        assert_eq!(module.member("s", "b").unwrap().offset, 16);
+        assert!(matches!(
+            module.member_path("m", &["inner", "q"]),
+            Err(BtfError::NoMember(..))
+        ));
     }
 
     #[test]
@@ -348,5 +516,24 @@ mod tests {
         assert_eq!(at.skb_dev, 16);
         assert!(at.skb_tstamp > at.skb_dev && at.skb_len > at.skb_tstamp);
         assert!(at.dev_ifindex > 0 && at.dev_net > 0 && at.net_inum > 0);
+    }
+
+    /// The build machine's kernel has conntrack built in: its layout is in the kernel's own BTF.
+    #[test]
+    fn the_running_kernel_has_what_the_nat_lookup_reads() {
+        let btf = KernelBtf::running().unwrap();
+        let conntrack = match KernelBtf::module(&btf, "nf_conntrack").unwrap() {
+            Some(module) => module,
+            None => KernelBtf::running().unwrap(),
+        };
+        let at = conntrack_layout(&btf, &conntrack).unwrap();
+        assert!(at.skb_nfct > at.tuple_stride.min(16), "{at:?}");
+        // Two tuples of two 16-byte addresses and more.
+        assert!(at.tuple_stride >= 40 && at.ct_tuple > 0, "{at:?}");
+        assert_eq!(
+            at.src_addr, 0,
+            "the source manip opens with its address: {at:?}"
+        );
+        assert!(at.dst_addr >= 16 + 2, "{at:?}");
     }
 }

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clsact;
 pub mod cmd;
 pub mod config;
+pub mod conntrack;
 pub mod control;
 pub mod cost;
 pub mod deploy;

@@ -21,6 +21,7 @@ use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_name
 use crate::{
     bpf::{self, Datapath, Prior},
     config::{Settings, StateParams},
+    conntrack,
     deploy::{Context, Deployment, Part, repaired},
     filter::{self, Hook},
     handover::{self, Leaving, Left},
@@ -97,6 +98,7 @@ pub fn apply_with(
         }
     );
     datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
+    conntrack::apply(&mut datapath, settings.nat, &iface.name)?;
     // Before any packet meets it: the machine is one host from the first.
     own::apply(&mut datapath, &own::addresses(&mut sock)?, &iface.name)?;
 
@@ -369,6 +371,7 @@ impl Programs {
                 .datapath_config(frame_bytes, limits.largest_packet_bytes(frame_bytes))
         };
         cx.datapath.configure(&config)?;
+        conntrack::apply(cx.datapath, self.settings.nat, &cx.iface.name)?;
         self.frame_bytes = frame_bytes;
         Ok(())
     }

@@ -45,6 +45,12 @@ const OPTIONAL_MODULES: &[&str] = &[
     "sch_pie",
     "sch_fq_pie",
     "tcp_dctcp",
+    // A masquerading router (`--nat`'s test): conntrack and NAT through nftables.
+    "nf_conntrack",
+    "nf_nat",
+    "nf_tables",
+    "nft_chain_nat",
+    "nft_masq",
 ];
 
 /// Real tools from the host (busybox's applets are not iproute2, iperf3, a full ping or procps'
@@ -52,7 +58,7 @@ const OPTIONAL_MODULES: &[&str] = &[
 /// with the capabilities a pod or the systemd unit grants, which busybox's may not know).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
-    "sysctl", "nsenter", "unshare", "setpriv",
+    "sysctl", "nsenter", "unshare", "setpriv", "nft",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

@@ -39,6 +39,8 @@ const VM_SCRIPTS: &[&[&str]] = &[
     // Over IPv6 and IPv4: a dual-stack server is one host to its clients of both families,
     // also after it gains an address.
     &["tests/vm/e2e-dualstack.sh"],
+    // `--nat` behind a masquerading router: the LAN machines are the hosts, beside CAKE's nat.
+    &["tests/vm/e2e-nat.sh"],
     &["tests/vm/e2e-ackfilter.sh"],
     // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
     // without it.

@@ -145,6 +145,7 @@ pub fn differences(old: &Settings, new: &Settings) -> Result<Vec<Difference>, Ne
         m.name().into()
     });
     d.live("wash", &old.wash, &new.wash, bool::to_string);
+    d.live("nat", &old.nat, &new.nat, bool::to_string);
     d.live("fwmark", &old.fwmark_mask, &new.fwmark_mask, |m| {
         format!("{m:#x}")
     });

@@ -65,6 +65,10 @@ pub struct SetOptions {
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wash: Option<bool>,
+    /// Hosts by their addresses before NAT.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat: Option<bool>,
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fwmark: Option<String>,
@@ -101,6 +105,7 @@ impl SetOptions {
             ecn: this.ecn,
             diffserv: this.diffserv,
             wash: this.wash,
+            nat: this.nat,
             fwmark: this.fwmark,
             ack_filter: this.ack_filter,
             ..Options::default()

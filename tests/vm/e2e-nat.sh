@@ -1,0 +1,129 @@
+#!/bin/sh
+# End to end: `--nat` on a router that masquerades (CAKE's `nat`). Two LAN machines, each a
+# namespace of its own, reach a server through a router namespace that masquerades them out of
+# its WAN device w0, where the upload is shaped at RATE:
+#   a: 10.77.1.2, 1 TCP connection;
+#   b: 10.77.2.2, 8 TCP connections;
+#   the router: 10.78.0.1 on w0; the server 10.78.0.2.
+# On w0 every packet carries the router's address: told apart by the packets' own addresses,
+# the LAN is one host and b's 8 connections take 8/9 of the rate; by their addresses before
+# NAT, a and b are two hosts and share it.
+#
+# Phases, each with its promise (a failure with its figures):
+#   cake:    CAKE `nat dual-srchost` at RATE on w0, the reference, in the same boot;
+#   shaper:  shaper --nat (its default mode, triple-isolate): a's and b's goodputs within MIN_MAX
+#            of each other (min/max), their sum within TOLERANCE % of CAKE's (of the ceiling
+#            where CAKE passed it: lib.sh's shortfall; see TOLERANCE), shaper's hosts are a and b (not the
+#            router), and every byte w0 sent was stamped or passed unshaped;
+#   without: shaper without --nat: a gets under half of b (the hosts are what --nat changes).
+# Prints one "RESULT ..." line per phase.
+here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
+
+RATE=${NAT_RATE_MBIT:-20}
+SECS=${E2E_SECONDS:-10}
+MIN_MAX=0.90
+# Two hosts, one of them a lone flow, carry 3.5-4 % less than CAKE here whether the router
+# masquerades or only routes them (no NAT, hosts by their own addresses: 18.5-18.7 Mbit/s
+# against CAKE's 19.2-19.3, 6.1, three runs): the host layer's work conservation (issue 46),
+# not NAT. The sum is judged against that, until it is fixed; the hosts' identity is what this
+# test promises.
+TOLERANCE=5
+CEILING=$(tcp_ceiling_mbit "$RATE")
+ROUTER=router
+NSES="lana lanb $ROUTER server"
+
+command -v nft >/dev/null || fail "nft is not in the VM (cargo xtask bootstrap installs nftables)"
+namespaces_up
+for h in a b; do
+	n=1
+	[ $h = b ] && n=2
+	ip link add "l$h" netns "lan$h" type veth peer name "r$h" netns "$ROUTER"
+	ip -n "lan$h" addr add "10.77.$n.2/24" dev "l$h"
+	ip -n "lan$h" link set "l$h" up
+	ip -n "lan$h" route add default via "10.77.$n.1"
+	ip -n "$ROUTER" addr add "10.77.$n.1/24" dev "r$h"
+	ip -n "$ROUTER" link set "r$h" up
+done
+ip link add w0 netns "$ROUTER" type veth peer name s0 netns server
+ip -n "$ROUTER" addr add 10.78.0.1/24 dev w0
+ip -n "$ROUTER" link set w0 up
+ip -n server addr add 10.78.0.2/24 dev s0
+ip -n server link set s0 up
+run "$ROUTER" sysctl -qw net.ipv4.ip_forward=1
+run "$ROUTER" nft -f - <<'EOF' || fail "masquerading out of w0 (nf_tables, nft_chain_nat, nft_masq)"
+table ip nat {
+	chain post {
+		type nat hook postrouting priority srcnat;
+		oifname "w0" masquerade
+	}
+}
+EOF
+run server iperf3 -s -D -p 5301 >/dev/null
+run server iperf3 -s -D -p 5302 >/dev/null
+sleep 0.5
+
+# load: a's and b's uploads for SECS; prints their goodputs (Mbit/s), a's then b's.
+load() {
+	run lana iperf3 -c 10.78.0.2 -p 5301 -P 1 -t "$SECS" -O 1 --format m >/tmp/nat-a.out 2>&1 &
+	pa=$!
+	run lanb iperf3 -c 10.78.0.2 -p 5302 -P 8 -t "$SECS" -O 1 --format m >/tmp/nat-b.out 2>&1 &
+	pb=$!
+	wait $pa $pb
+	a=$(receiver_mbit </tmp/nat-a.out)
+	b=$(receiver_mbit </tmp/nat-b.out)
+	[ -n "$a" ] && [ -n "$b" ] || fail "iperf3 through the router: $(cat /tmp/nat-a.out /tmp/nat-b.out)"
+	echo "$a $b"
+}
+
+spread() {
+	echo "$1" | awk '{ lo = $1 < $2 ? $1 : $2; hi = $1 < $2 ? $2 : $1; printf "%.3f", (hi > 0 ? lo / hi : 0) }'
+}
+
+total() {
+	echo "$1" | awk '{ printf "%.2f", $1 + $2 }'
+}
+
+result() {
+	echo "RESULT kernel=$(uname -r) phase=$1 rate_mbit=$RATE a_mbit=$(echo $2 | cut -d' ' -f1) b_mbit=$(echo $2 | cut -d' ' -f2) min_max=$(spread "$2") total_mbit=$(total "$2") ceiling_mbit=$CEILING"
+}
+
+failed=
+
+run "$ROUTER" tc qdisc replace dev w0 root cake bandwidth "${RATE}mbit" besteffort raw nat dual-srchost ||
+	fail "CAKE nat dual-srchost on w0"
+cake=$(load)
+run "$ROUTER" tc qdisc del dev w0 root
+cake_total=$(total "$cake")
+log "cake nat dual-srchost: a $(echo $cake | cut -d' ' -f1), b $(echo $cake | cut -d' ' -f2) Mbit/s, min/max $(spread "$cake")"
+result cake "$cake"
+
+shaper_start_in "$ROUTER" w0 --iface w0 --rate "${RATE}mbit" --nat
+counted=$(byte_counters "$ROUTER" w0)
+got=$(load)
+s=$(spread "$got")
+t=$(total "$got")
+awk -v s="$s" -v m="$MIN_MAX" 'BEGIN { exit !(s >= m) }' ||
+	failed="$failed; shaper --nat: a and b got $got Mbit/s, min/max $s below $MIN_MAX (CAKE: $cake)"
+failed="$failed$(shortfall "shaper --nat: a and b together" "$t" "$cake_total" "$CEILING")"
+hosts=$(run "$ROUTER" shaper stats --iface w0 --hosts --top 100 --json)
+for h in 10.77.1.2 10.77.2.2; do
+	echo "$hosts" | grep -q "\"$h" || failed="$failed; shaper --nat: $h is not among its hosts: $hosts"
+done
+case $hosts in *'"10.78.0.1'*) failed="$failed; shaper --nat: the router's address is a host: $hosts" ;; esac
+wrong=$(accounting_fault w0 "$counted" "$(byte_counters "$ROUTER" w0)" 1)
+[ -z "$wrong" ] || failed="$failed; accounting$wrong"
+shaper_stop
+log "shaper --nat: a b = $got Mbit/s, min/max $s, together $t (CAKE $cake_total, ceiling $CEILING)"
+result shaper "$got"
+
+shaper_start_in "$ROUTER" w0 --iface w0 --rate "${RATE}mbit"
+without=$(load)
+shaper_stop
+awk -v s="$(spread "$without")" 'BEGIN { exit !(s < 0.5) }' ||
+	failed="$failed; without --nat a and b still shared ($without Mbit/s): the test does not tell NAT apart"
+log "shaper without --nat: a b = $without Mbit/s, min/max $(spread "$without")"
+result without "$without"
+
+topology_down
+[ -z "$failed" ] || fail "${failed#; }"
+echo "e2e-nat: ok"
