@@ -32,21 +32,6 @@ const _: () = assert!(core::mem::size_of::<ConntrackLayout>() == 20);
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ConntrackLayout {}
 
-/// A packet's 5-tuple as it leaves (after NAT): what its addresses before NAT are kept by for
-/// the packets of its flow that reach the data path without their conntrack entry (GSO
-/// segments back from the segmenter's IFB).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NatKey {
-    pub src: [u32; 4],
-    pub dst: [u32; 4],
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub proto: u8,
-    pub family: u8,
-    pub pad: u16,
-}
-
 /// A flow's host addresses before NAT (`PacketInfo::host_src`/`host_dst` in the data path).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,17 +40,15 @@ pub struct BeforeNat {
     pub dst: [u32; 4],
 }
 
-const _: () = assert!(core::mem::size_of::<NatKey>() == 40);
 const _: () = assert!(core::mem::size_of::<BeforeNat>() == 32);
 
 // SAFETY: plain `#[repr(C)]` integers with no implicit padding (asserted above).
 #[cfg(feature = "user")]
-unsafe impl aya::Pod for NatKey {}
-#[cfg(feature = "user")]
 unsafe impl aya::Pod for BeforeNat {}
 
-/// The flows whose addresses before NAT the data path keeps (`NatKey`): one per connection
-/// through the router that is sending.
+/// The flows whose addresses before NAT the data path keeps, by their 5-tuple as they leave
+/// (after NAT; `abi::FlowKey` as the ACK filter keys flows): one per connection through the
+/// router that is sending.
 pub const NAT_FLOWS: u32 = 16_384;
 
 /// The low bits of `skb->_nfct` that hold the packet's `ip_conntrack_info` (`NFCT_INFOMASK`).

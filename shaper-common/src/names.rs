@@ -25,8 +25,8 @@ pub mod map_names {
     pub const OWN_ADDRS: &str = "SHAPER_OWN_ADDRS";
     /// Where a packet's conntrack entry lies (`conntrack::ConntrackLayout`), with `--nat`.
     pub const CONNTRACK: &str = "SHAPER_CONNTRACK";
-    /// Flows' addresses before NAT (`conntrack::NatKey`), for their packets that come without
-    /// their conntrack entry.
+    /// Flows' addresses before NAT (`conntrack::BeforeNat`) by their 5-tuple as they leave, for
+    /// their packets that come without their conntrack entry.
     pub const NAT_FLOWS: &str = "SHAPER_NAT_FLOWS";
     /// Each CPU's budget of debug events (`logs::Buckets`), and aya-log's ring buffer they are
     /// written to: used only with `--log-datapath` (`logs`).

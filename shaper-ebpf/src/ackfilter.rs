@@ -29,7 +29,7 @@ use shaper_common::{
 
 use crate::{
     log,
-    parse::{ETH_P_IPV6, IPPROTO_TCP, PacketInfo},
+    parse::{IPPROTO_TCP, PacketInfo},
 };
 
 #[map(name = "SHAPER_ACKS")]
@@ -77,28 +77,6 @@ pub fn candidate(info: &PacketInfo, config: &ShaperConfig) -> bool {
         && is_pure_ack(info.tcp_flags, info.tcp_payload_len())
 }
 
-/// The key of a flow's ACKs: their 5-tuple as they travel (`reversed`: the 5-tuple of the ACKs
-/// that answer this data packet). Always called with a constant, so each use compiles to one
-/// straight path.
-#[inline(always)]
-fn ack_key(info: &PacketInfo, reversed: bool) -> FlowKey {
-    let (src, dst, src_port, dst_port) = if reversed {
-        (info.dst_addr, info.src_addr, info.dst_port, info.src_port)
-    } else {
-        (info.src_addr, info.dst_addr, info.src_port, info.dst_port)
-    };
-    FlowKey {
-        src,
-        dst,
-        src_port,
-        dst_port,
-        proto: info.ip_proto,
-        family: if info.l3_proto == ETH_P_IPV6 { 6 } else { 4 },
-        overflow: 0,
-        tin: 0,
-    }
-}
-
 /// What becomes of a pure ACK.
 pub enum Filtered {
     Drop,
@@ -131,7 +109,7 @@ pub fn filter(
     if !read_options(ctx, info, &mut seen) {
         return Filtered::Keep;
     }
-    let key = ack_key(info, false);
+    let key = info.travel_key(false);
     if ACKS.get_ptr_mut(&key).is_none() {
         let _ = ACKS.insert(&key, &AckState::default(), BPF_NOEXIST as u64);
     }
@@ -226,7 +204,7 @@ pub fn observe(info: &PacketInfo) {
         return;
     }
     let end = info.tcp_seq.wrapping_add(payload);
-    let key = ack_key(info, true);
+    let key = info.travel_key(true);
     match REVERSE.get_ptr_mut(&key) {
         // SAFETY: map value, valid for this run.
         Some(r) => unsafe { (*r).on_data(end, info.tcp_flags) },

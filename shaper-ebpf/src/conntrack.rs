@@ -7,8 +7,9 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
     programs::TcContext,
 };
-use shaper_common::conntrack::{
-    self, BeforeNat, ConntrackLayout, NAT_FLOWS, NatKey, SKB_OFFSET_MASK,
+use shaper_common::{
+    abi::FlowKey,
+    conntrack::{self, BeforeNat, ConntrackLayout, NAT_FLOWS, SKB_OFFSET_MASK},
 };
 
 use crate::{
@@ -24,7 +25,7 @@ static LAYOUT: Array<ConntrackLayout> = Array::with_max_entries(1, 0);
 /// with their conntrack entry for those that come without: GSO segments back from the
 /// segmenter's IFB lose it on the way.
 #[map(name = "SHAPER_NAT_FLOWS")]
-static FLOWS: LruHashMap<NatKey, BeforeNat> = LruHashMap::with_max_entries(NAT_FLOWS, 0);
+static FLOWS: LruHashMap<FlowKey, BeforeNat> = LruHashMap::with_max_entries(NAT_FLOWS, 0);
 
 /// Sets `info`'s host addresses to the packet's own direction's tuple in its conntrack entry:
 /// where it came from and went to before any NAT; for a packet without one, to those its flow's
@@ -36,15 +37,7 @@ pub fn before_nat(ctx: &TcContext, info: &mut PacketInfo) -> Option<()> {
     if layout.skb_nfct == 0 {
         return None;
     }
-    let key = NatKey {
-        src: info.src_addr,
-        dst: info.dst_addr,
-        src_port: info.src_port,
-        dst_port: info.dst_port,
-        proto: info.ip_proto,
-        family: (info.l3_proto == ETH_P_IPV6) as u8,
-        pad: 0,
-    };
+    let key = info.travel_key(false);
     let found = match from_entry(ctx, layout, info.l3_proto == ETH_P_IPV6) {
         Some(before) => {
             // SAFETY: a read-only lookup; the value is copied.
