@@ -23,8 +23,9 @@ const HOUR_NS: u64 = 3_600_000_000_000;
 fn check_bounds(s: &Settings) {
     assert!((MIN_RATE_BPS..=MAX_RATE_BPS).contains(&s.rate_bps));
     assert!((1_000_000..=HOUR_NS).contains(&s.horizon_ns));
-    assert!((-64..=256).contains(&s.overhead_bytes));
-    assert!(s.mpu_bytes <= 1_500);
+    assert!((-64..=256).contains(&s.framing.overhead));
+    assert!(s.framing.mpu <= 1_500);
+    assert!(s.framing.cells <= 2 && s.framing.from_network <= 1);
     assert!((1..=1_000_000).contains(&s.fq.limit_packets));
     assert!((1..=1_000_000).contains(&s.fq.flow_limit_packets));
     assert_eq!(u64::from(s.fq.horizon_us), s.horizon_ns / 1_000 + 1_000_000);
@@ -47,6 +48,7 @@ fn check_bounds(s: &Settings) {
         assert_eq!(c.fwmark_mask, s.fwmark_mask);
         assert!(s.fwmark_mask == 0 || s.fwmark_mask >> c.fwmark_shift & 1 == 1);
         assert_eq!(c.ack_filter, s.ack_filter as u32);
+        assert_eq!(c.framing, s.framing);
         assert_eq!(c.aqm.flags & aqm::flags::ECN != 0, s.ecn);
     }
 
@@ -80,8 +82,13 @@ fn render(s: &Settings, fq_given: &FqOptions) -> String {
         put("ingress-rate", format!("{}bit", ingress.rate_bps).into());
     }
     put("horizon", format!("{}ns", s.horizon_ns).into());
-    put("overhead", i64::from(s.overhead_bytes).into());
-    put("mpu", i64::from(s.mpu_bytes).into());
+    // `raw` keeps frames whole whatever overhead follows; the cells by their keyword.
+    let f = s.framing;
+    let raw = if f.from_network == 0 { "raw" } else { "" };
+    let cells = ["noatm", "atm", "ptm"][f.cells as usize];
+    put("framing", format!("{raw} {cells}").into());
+    put("overhead", i64::from(f.overhead).into());
+    put("mpu", i64::from(f.mpu).into());
     put("isolation", s.isolation.name().into());
     put("rtt", format!("{}ns", s.rtt_ns).into());
     put("ecn", s.ecn.into());

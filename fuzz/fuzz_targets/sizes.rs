@@ -4,8 +4,9 @@
 //! - Settings resolve exactly when every value is within its documented range (README,
 //!   `ConfigError`), and then hold the values given (the file's unless the command line has
 //!   one).
-//! - A packet's accounted wire bytes (`edt::wire_bytes`) are the larger of its length with the
-//!   overhead added per segment and the segments' minimum size, and never zero.
+//! - A packet's bytes on the link (`Framing::packet_bytes`), for any packet the kernel may hand
+//!   over, are computed without overflow, never zero and never under the MPU; a frame without
+//!   GSO is its length (from the network header once an overhead is given), plus the overhead.
 //! - The data path's configuration for any device frame and GSO limits is computed without
 //!   overflow and stays within what the data path relies on.
 #![no_main]
@@ -18,7 +19,7 @@ use shaper::{
     config::{FqOptions, Options, Settings, StateOptions, defaults},
     link::GsoLimits,
 };
-use shaper_common::edt;
+use shaper_common::framing::{Cells, Packet};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -36,9 +37,14 @@ struct Input {
     max_flows: Option<u32>,
     max_hosts: Option<u32>,
     flow_quota: Option<u32>,
-    /// A packet: its length as the qdisc layer counts it, and its GSO segments.
+    /// A packet: its length as the qdisc layer counts it and as it is, its GSO segments and
+    /// their size, where its network header starts; and the link's cells.
     qdisc_len: u32,
+    len: u32,
     gso_segs: u32,
+    gso_size: u32,
+    network_offset: u8,
+    cells: u8,
     /// The device: its MTU and GSO limits.
     mtu: u16,
     gso_max_size: u32,
@@ -115,10 +121,6 @@ fuzz_target!(|input: Input| {
     };
     assert!(all_ok, "{input:?} accepted: {settings:?}");
     assert_eq!(settings.rate_bps, input.rate_bps);
-    assert_eq!(
-        (settings.overhead_bytes, settings.mpu_bytes),
-        (overhead, mpu)
-    );
     let state = settings.state;
     assert_eq!(
         (
@@ -139,12 +141,31 @@ fuzz_target!(|input: Input| {
         assert!(given.is_none_or(|g| g == got));
     }
 
-    let segs = u64::from(input.gso_segs.max(1));
-    let wire = edt::wire_bytes(input.qdisc_len, input.gso_segs, overhead, mpu);
-    let adjusted = i64::from(input.qdisc_len) + segs as i64 * i64::from(overhead);
-    let floor = segs * u64::from(mpu);
-    assert!(wire >= 1 && wire >= floor && wire as i64 >= adjusted);
-    assert!(wire == 1 || wire == floor || wire as i64 == adjusted);
+    let framing = settings.framing;
+    assert_eq!((framing.overhead, framing.mpu), (overhead, mpu));
+    assert_eq!(framing.from_network != 0, overhead_given.is_some());
+    let framing = shaper_common::framing::Framing {
+        cells: [Cells::None, Cells::Atm, Cells::Ptm][usize::from(input.cells % 3)] as u32,
+        ..framing
+    };
+    let packet = Packet {
+        qdisc_len: input.qdisc_len,
+        len: input.len,
+        segs: input.gso_segs,
+        seg_size: input.gso_size,
+        network_offset: u32::from(input.network_offset),
+    };
+    let wire = framing.packet_bytes(packet);
+    assert!(wire >= 1 && wire >= u64::from(mpu));
+    if input.gso_segs <= 1 && framing.cells == Cells::None as u32 {
+        let from = if framing.from_network != 0 {
+            input.qdisc_len.saturating_sub(packet.network_offset)
+        } else {
+            input.qdisc_len
+        };
+        let adjusted = (i64::from(from) + i64::from(overhead)).max(1);
+        assert_eq!(wire as i64, adjusted.max(i64::from(mpu)));
+    }
 
     let frame_bytes = u32::from(input.mtu.max(68)) + 14;
     let gso = GsoLimits {

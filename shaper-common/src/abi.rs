@@ -5,6 +5,7 @@
 use crate::{
     aqm::{AqmParams, AqmState, DataReach},
     diffserv::MAX_TINS,
+    framing::Framing,
 };
 
 /// Per-interface shaping parameters, written by the control plane (array map, one entry).
@@ -20,10 +21,8 @@ pub struct ShaperConfig {
     pub ns_per_byte_fp: u64,
     /// Departures further than this in the future are dropped (last-resort bound on the queue).
     pub horizon_ns: u64,
-    /// Bytes added to each frame (per GSO segment) before accounting; may be negative.
-    pub overhead_bytes: i32,
-    /// Minimum accounted size of a frame, bytes.
-    pub mpu_bytes: u32,
+    /// How a frame is counted on the bottleneck link (CAKE's overhead, mpu, atm/ptm).
+    pub framing: Framing,
     /// `isolation::Isolation` as u32.
     pub isolation: u32,
     /// New flow entries a host may create per control epoch before its further new flows
@@ -63,6 +62,11 @@ pub struct ShaperConfig {
     /// to the link, at most (ns; see [`crate::sizing::LENT_WINDOW_FRAMES`]). Zero: until where the calendar
     /// booked its wire time.
     pub lent_window_ns: u32,
+    /// The device's link-layer header in front of the network header (Ethernet's 14; 0 on
+    /// devices that carry IP alone: PPP, WireGuard, IP tunnels).
+    pub link_header_bytes: u32,
+    /// Zero: the struct's 8-byte alignment made explicit.
+    pub reserved: u32,
 }
 
 impl Default for ShaperConfig {
@@ -72,8 +76,7 @@ impl Default for ShaperConfig {
             rate_bps: 0,
             ns_per_byte_fp: 0,
             horizon_ns: 0,
-            overhead_bytes: 0,
-            mpu_bytes: 0,
+            framing: Framing::RAW,
             isolation: 0,
             flow_quota: 0,
             host_mask_v4: 0,
@@ -90,6 +93,8 @@ impl Default for ShaperConfig {
             split_gso_segs: 0,
             segmenter_ifindex: 0,
             lent_window_ns: 0,
+            link_header_bytes: 0,
+            reserved: 0,
         }
     }
 }
@@ -262,7 +267,7 @@ const _: () = {
     assert!(core::mem::size_of::<FlowState>() == 104);
     assert!(core::mem::size_of::<HostRate>() == 40);
     assert!(core::mem::size_of::<Levels>() == 56 + 16 * MAX_TINS);
-    assert!(core::mem::size_of::<ShaperConfig>() == 72 + 40 + 64 + 32);
+    assert!(core::mem::size_of::<ShaperConfig>() == 80 + 40 + 64 + 40);
 };
 
 #[cfg(feature = "user")]

@@ -57,22 +57,6 @@ pub fn tx_time_ns(wire_bytes: u64, ns_per_byte_fp: u64) -> u64 {
     (bytes.wrapping_mul(fp) + ROUND_UP) >> NS_PER_BYTE_SHIFT
 }
 
-/// Bytes a packet occupies on the wire, per link-layer frame.
-///
-/// `qdisc_len` is what the qdisc layer counts (`__sk_buff->wire_len`): for a GSO super-packet
-/// the kernel already adds one copy of the headers per segment (qdisc_pkt_len_init), so the
-/// frames are counted as the NIC will send them. `overhead` (may be negative, e.g. to remove the
-/// Ethernet header on a PPPoE-over-ATM model) and `mpu` (minimum frame size) apply per segment,
-/// like CAKE's `overhead` and `mpu`. With both zero this is CAKE's `raw` accounting.
-#[inline(always)]
-pub fn wire_bytes(qdisc_len: u32, gso_segs: u32, overhead: i32, mpu: u32) -> u64 {
-    let segs = if gso_segs == 0 { 1 } else { gso_segs } as i64;
-    let adjusted = qdisc_len as i64 + segs * overhead as i64;
-    let floor = segs * mpu as i64;
-    let bytes = if adjusted > floor { adjusted } else { floor };
-    if bytes > 0 { bytes as u64 } else { 1 }
-}
-
 /// Outcome of reserving the wire for one packet on a departure clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
@@ -173,18 +157,6 @@ mod tests {
         assert_eq!(tx_time_ns(0, slowest), 0);
         assert!(ns_per_byte_fp(MAX_RATE_BPS) > 0);
         assert_eq!(ns_per_byte_fp(0), ns_per_byte_fp(MIN_RATE_BPS));
-    }
-
-    #[test]
-    fn wire_bytes_counts_per_segment() {
-        assert_eq!(wire_bytes(1514, 1, 0, 0), 1514);
-        assert_eq!(wire_bytes(1514, 0, 0, 0), 1514);
-        // 44 segments of 1448 bytes: qdisc_len already includes 44 copies of 66 header bytes.
-        assert_eq!(wire_bytes(44 * 1514, 44, 0, 0), 44 * 1514);
-        // Ethernet preamble + FCS + IFG overhead per frame.
-        assert_eq!(wire_bytes(44 * 1514, 44, 24, 0), 44 * 1538);
-        assert_eq!(wire_bytes(60, 1, -14, 64), 64);
-        assert_eq!(wire_bytes(10, 1, -100, 0), 1);
     }
 
     #[test]

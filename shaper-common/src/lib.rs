@@ -11,6 +11,7 @@ pub mod cb;
 pub mod conntrack;
 pub mod diffserv;
 pub mod edt;
+pub mod framing;
 pub mod isolation;
 pub mod logs;
 pub mod names;

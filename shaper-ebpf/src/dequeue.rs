@@ -56,7 +56,8 @@ fn observe(ctx: &RawTracePointContext) -> Option<()> {
         overrun::Due::InFront
     };
     let config = CONFIG.get(0)?;
-    let wire = edt::wire_bytes(len, 1, config.overhead_bytes, config.mpu_bytes);
+    // One frame: the bypass's packets are counted as the device sends them.
+    let wire = config.framing.frame_bytes(len, config.link_header_bytes);
     let tx = edt::tx_time_ns(wire, config.ns_per_byte_fp);
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };

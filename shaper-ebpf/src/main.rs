@@ -40,7 +40,7 @@ use shaper_common::{
     branchless,
     cb::{Slot, jump, rewrite},
     diffserv::MAX_TINS,
-    edt,
+    framing::Packet,
     names::program_slots,
     stats::{DatapathStats, DropReason, PassReason, delay_bucket},
 };
@@ -168,12 +168,13 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
 
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
-    let wire = edt::wire_bytes(
-        skb.wire_len,
-        skb.gso_segs,
-        config.overhead_bytes,
-        config.mpu_bytes,
-    );
+    let wire = config.framing.packet_bytes(Packet {
+        qdisc_len: skb.wire_len,
+        len: skb.len,
+        segs: skb.gso_segs,
+        seg_size: skb.gso_size,
+        network_offset: info.l3_offset,
+    });
     let now = unsafe { bpf_ktime_get_ns() };
     // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
     let mut cb = ControlBlock::new(&mut skb.cb);

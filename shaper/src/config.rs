@@ -13,13 +13,14 @@ use shaper_common::{
     aqm::{self, AqmParams},
     diffserv::Diffserv,
     edt,
+    framing::{self, Framing, Keyword, Word},
     isolation::{Isolation, prefix_mask},
     rate::{self, DisplayRate},
     sizing::{LENT_WINDOW_FRAMES, calendar_bin_ns},
     time,
 };
 
-use crate::qdisc::FqParams;
+use crate::{link, qdisc::FqParams};
 
 /// A full Ethernet frame, for sizing before the device is known.
 const FRAME_BYTES: u32 = 1_514;
@@ -98,10 +99,17 @@ layered! {
         /// Departures scheduled further ahead than this are dropped (e.g. 2s, 500ms).
         #[arg(long)]
         pub horizon: Option<String>,
-        /// Bytes added to every frame before accounting (CAKE's `overhead`); may be negative.
+        /// The bottleneck link's framing in CAKE's keywords, read in order as tc reads them:
+        /// ethernet, docsis, pppoe-ptm, bridged-ptm, pppoa-vcmux, pppoa-llc, pppoe-vcmux,
+        /// pppoe-llcsnap, bridged-vcmux, bridged-llcsnap, ipoa-vcmux, ipoa-llcsnap, ether-vlan,
+        /// conservative, raw, atm, ptm, noatm (e.g. "pppoe-ptm ether-vlan"; spaces or commas).
+        #[arg(long)]
+        pub framing: Option<String>,
+        /// Bytes the link adds to every IP packet (CAKE's `overhead`; may be negative), after
+        /// --framing's: frames are then counted from their network header.
         #[arg(long, allow_hyphen_values = true)]
         pub overhead: Option<i32>,
-        /// Minimum accounted frame size in bytes (CAKE's `mpu`).
+        /// Minimum accounted frame size in bytes (CAKE's `mpu`), after --framing's.
         #[arg(long)]
         pub mpu: Option<u32>,
         /// Fairness: flowblind, srchost, dsthost, hosts, flows, dual-srchost, dual-dsthost,
@@ -233,6 +241,8 @@ pub enum ConfigError {
     HorizonTooShort { text: String },
     #[error("overhead {0} is out of range (-64..=256 bytes)")]
     Overhead(i32),
+    #[error("unknown framing keyword {0:?}: use {keywords}", keywords = framing_keywords())]
+    Framing(String),
     #[error("mpu {0} is out of range (0..=1500 bytes)")]
     Mpu(u32),
     #[error("fq {what} must be between 1 and 1000000 (got {value})")]
@@ -273,6 +283,7 @@ impl ConfigError {
             Self::Rate { field, .. } => field,
             Self::Horizon { .. } | Self::HorizonTooShort { .. } => "horizon",
             Self::Overhead(_) => "overhead",
+            Self::Framing(_) => "framing",
             Self::Mpu(_) => "mpu",
             Self::FqLimit { what, .. } => what,
             Self::Rtt { .. } | Self::RttRange { .. } => "rtt",
@@ -288,6 +299,48 @@ impl ConfigError {
             Self::Read { .. } | Self::Parse { .. } => return None,
         })
     }
+}
+
+fn framing_keywords() -> String {
+    Keyword::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `--framing`'s keywords, then `--overhead` and `--mpu` as if written after them.
+fn parse_framing(
+    keywords: Option<&str>,
+    overhead: Option<i32>,
+    mpu: Option<u32>,
+) -> Result<Framing, ConfigError> {
+    let mut words = Vec::new();
+    for name in keywords
+        .unwrap_or("")
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|w| !w.is_empty())
+    {
+        let keyword = Keyword::parse(name).ok_or_else(|| ConfigError::Framing(name.into()))?;
+        words.push(Word::Keyword(keyword));
+    }
+    if let Some(bytes) = overhead {
+        if !(-64..=256).contains(&bytes) {
+            return Err(ConfigError::Overhead(bytes));
+        }
+        words.push(Word::Overhead(bytes));
+    }
+    if let Some(bytes) = mpu {
+        if bytes > 1500 {
+            return Err(ConfigError::Mpu(bytes));
+        }
+        words.push(Word::Mpu(bytes));
+    }
+    let framing = framing::resolve(words);
+    if !(-64..=256).contains(&framing.overhead) {
+        return Err(ConfigError::Overhead(framing.overhead));
+    }
+    Ok(framing)
 }
 
 fn rtt_presets() -> String {
@@ -344,8 +397,8 @@ pub struct Settings {
     pub iface: String,
     pub rate_bps: u64,
     pub horizon_ns: u64,
-    pub overhead_bytes: i32,
-    pub mpu_bytes: u32,
+    /// How the bottleneck link frames packets (`--framing`, `--overhead`, `--mpu`).
+    pub framing: Framing,
     pub isolation: Isolation,
     pub fq: FqParams,
     pub state: StateParams,
@@ -412,14 +465,7 @@ impl Settings {
         if horizon_ns < 1_000_000 {
             return Err(ConfigError::HorizonTooShort { text: horizon_text });
         }
-        let overhead_bytes = given.overhead.unwrap_or(0);
-        if !(-64..=256).contains(&overhead_bytes) {
-            return Err(ConfigError::Overhead(overhead_bytes));
-        }
-        let mpu_bytes = given.mpu.unwrap_or(0);
-        if mpu_bytes > 1500 {
-            return Err(ConfigError::Mpu(mpu_bytes));
-        }
+        let framing = parse_framing(given.framing.as_deref(), given.overhead, given.mpu)?;
         let rtt_ns = match given.rtt {
             Some(text) => {
                 let ns = aqm::parse_rtt_ns(&text).map_err(|reason| ConfigError::Rtt {
@@ -503,8 +549,7 @@ impl Settings {
             iface,
             rate_bps,
             horizon_ns,
-            overhead_bytes,
-            mpu_bytes,
+            framing,
             isolation,
             fq,
             state,
@@ -545,11 +590,19 @@ impl Settings {
         })
     }
 
-    /// The map value the data path reads, for a device whose full frames are `frame_bytes` on
-    /// the wire and whose largest packets (its GSO limits, see `link::GsoLimits`) are
+    /// The map value the data path reads, for a device whose full frames are `frame_bytes` as
+    /// it sends them and whose largest packets (its GSO limits, see `link::GsoLimits`) are
     /// `largest_packet_bytes`.
     pub fn datapath_config(&self, frame_bytes: u32, largest_packet_bytes: u64) -> ShaperConfig {
         let ns_per_byte_fp = edt::ns_per_byte_fp(self.rate_bps);
+        // Every size below is wire time at the rate: the bytes the bottleneck link sends.
+        let device_frame = frame_bytes.max(1);
+        let frame_bytes = self
+            .framing
+            .frame_bytes(device_frame, link::ETH_HEADER_BYTES)
+            .min(u32::MAX as u64) as u32;
+        let largest_packet_bytes =
+            (largest_packet_bytes * frame_bytes as u64).div_ceil(device_frame as u64);
         let mut aqm =
             AqmParams::for_rate(self.rtt_ns, ns_per_byte_fp, frame_bytes, self.horizon_ns);
         if !self.ecn {
@@ -559,8 +612,7 @@ impl Settings {
             rate_bps: self.rate_bps,
             ns_per_byte_fp: edt::ns_per_byte_fp(self.rate_bps),
             horizon_ns: self.horizon_ns,
-            overhead_bytes: self.overhead_bytes,
-            mpu_bytes: self.mpu_bytes,
+            framing: self.framing,
             isolation: self.isolation as u32,
             flow_quota: self.state.flow_quota,
             host_mask_v4: prefix_mask(self.state.host_prefix_v4, 1)[0],
@@ -581,12 +633,14 @@ impl Settings {
             segmenter_ifindex: 0,
             lent_window_ns: edt::tx_time_ns(frame_bytes as u64 * LENT_WINDOW_FRAMES, ns_per_byte_fp)
                 .min(u32::MAX as u64) as u32,
+            link_header_bytes: link::ETH_HEADER_BYTES,
+            reserved: 0,
         }
     }
 
     pub fn describe(&self) -> String {
         format!(
-            "{} at {}, {}{}, {}{}, rtt {} us{} (horizon {} ms, overhead {}, mpu {})",
+            "{} at {}, {}{}, {}{}, rtt {} us{} (horizon {} ms, framing {})",
             self.iface,
             DisplayRate(self.rate_bps),
             self.isolation.name(),
@@ -596,8 +650,7 @@ impl Settings {
             self.rtt_ns / 1_000,
             if self.ecn { ", ecn" } else { "" },
             self.horizon_ns / 1_000_000,
-            self.overhead_bytes,
-            self.mpu_bytes
+            self.framing
         )
     }
 }
@@ -722,6 +775,32 @@ mod tests {
         let mut c = cli("eth0", "1gbit");
         c.overhead = Some(1000);
         assert!(err(c).contains("overhead"));
+    }
+
+    #[test]
+    fn framing_reads_cakes_keywords_then_overhead_and_mpu() {
+        let framing = |words: &str, overhead, mpu| {
+            let mut c = cli("eth0", "1gbit");
+            (c.framing, c.overhead, c.mpu) = (Some(words.into()), overhead, mpu);
+            Settings::resolve(c, None).map(|s| s.framing.to_string())
+        };
+        assert_eq!(framing("docsis", None, None).unwrap(), "overhead 18 mpu 64");
+        assert_eq!(
+            framing("pppoe-ptm, ether-vlan", None, None).unwrap(),
+            "overhead 34 ptm"
+        );
+        assert_eq!(framing("docsis", Some(22), Some(0)).unwrap(), "overhead 22");
+        assert_eq!(framing("", Some(8), None).unwrap(), "overhead 8");
+        assert_eq!(framing("", None, None).unwrap(), "raw overhead 0");
+        let err = framing("docsis pppoe", None, None).unwrap_err();
+        assert_eq!(err.field(), Some("framing"));
+        assert!(err.to_string().contains("\"pppoe\"") && err.to_string().contains("pppoe-ptm"));
+        // The sum is held to CAKE's range like a number given.
+        let many = ["pppoe-llcsnap"; 7].join(" ");
+        assert!(matches!(
+            framing(&many, None, None),
+            Err(ConfigError::Overhead(280))
+        ));
     }
 
     #[test]

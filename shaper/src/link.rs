@@ -344,7 +344,8 @@ pub fn ifb_queues() -> u32 {
 /// Largest GSO packet the kernel builds by default (without BIG TCP).
 const GSO_MAX_BYTES: u32 = 65_536;
 
-const ETH_HEADER_BYTES: u32 = 14;
+/// The link-layer header in front of an Ethernet device's network header.
+pub const ETH_HEADER_BYTES: u32 = 14;
 
 /// A full Ethernet frame: the unit of the GSO budget.
 const FRAME_BYTES: u32 = 1_500 + ETH_HEADER_BYTES;

@@ -191,8 +191,7 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         rate_bps,
         ns_per_byte_fp: shaper_common::edt::ns_per_byte_fp(rate_bps),
         horizon_ns,
-        overhead_bytes: 0,
-        mpu_bytes: 0,
+        framing: shaper_common::framing::Framing::RAW,
         ack_quantum_bytes: shaper_common::ackfilter::round_quantum_bytes(rate_bps, 1514),
         calendar_bin_ns: shaper_common::sizing::calendar_bin_ns(
             shaper_common::edt::ns_per_byte_fp(rate_bps),

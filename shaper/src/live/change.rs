@@ -3,7 +3,7 @@
 //! the programs, so that fq keeps its packets.
 //!
 //! In place: everything the data path reads from its configuration map (rate, horizon,
-//! overhead, mpu, isolation, rtt, ecn, DiffServ, wash, fwmark, ACK filter, flow quota), the
+//! framing, isolation, rtt, ecn, DiffServ, wash, fwmark, ACK filter, flow quota), the
 //! control loop's policy, fq's limits (`tc qdisc change`) and the GSO/GRO limits that follow
 //! the rate. Not in place, each for a reason it names: what sizes or keys the maps when they
 //! are created, what the verifier fixed (the data path's debug events), what adds or removes a
@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use shaper_common::rate::DisplayRate;
+use shaper_common::{framing::Framing, rate::DisplayRate};
 
 use crate::config::Settings;
 
@@ -130,12 +130,7 @@ pub fn differences(old: &Settings, new: &Settings) -> Result<Vec<Difference>, Ne
         ),
     }
     d.live("horizon", &old.horizon_ns, &new.horizon_ns, duration);
-    d.live("overhead", &old.overhead_bytes, &new.overhead_bytes, |b| {
-        format!("{b} bytes")
-    });
-    d.live("mpu", &old.mpu_bytes, &new.mpu_bytes, |b| {
-        format!("{b} bytes")
-    });
+    d.live("framing", &old.framing, &new.framing, Framing::to_string);
     d.live("isolation", &old.isolation, &new.isolation, |i| {
         i.name().into()
     });
@@ -301,7 +296,7 @@ mod tests {
     fn every_policy_setting_changes_in_place() {
         let changes = changed(
             "rate = \"20mbit\"",
-            "rate = \"20mbit\"\nhorizon = \"500ms\"\noverhead = -4\nmpu = 64\nisolation = \"flows\"\n\
+            "rate = \"20mbit\"\nhorizon = \"500ms\"\nframing = \"pppoe-ptm\"\nmpu = 64\nisolation = \"flows\"\n\
              rtt = \"lan\"\necn = false\ndiffserv = \"diffserv4\"\nwash = true\nfwmark = \"0xff\"\n\
              ack-filter = \"aggressive\"\n[state]\nflow-quota = 100",
         );
@@ -309,8 +304,7 @@ mod tests {
             changes,
             [
                 "horizon: 2s -> 500ms",
-                "overhead: 0 bytes -> -4 bytes",
-                "mpu: 0 bytes -> 64 bytes",
+                "framing: raw overhead 0 -> overhead 30 mpu 64 ptm",
                 "isolation: triple-isolate -> flows",
                 "rtt: 100ms -> 1ms",
                 "ecn: true -> false",

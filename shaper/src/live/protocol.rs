@@ -42,6 +42,10 @@ pub struct SetOptions {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizon: Option<String>,
+    /// The link's framing in CAKE's keywords, as for `shaper run`.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framing: Option<String>,
     #[arg(long, allow_hyphen_values = true)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<i32>,
@@ -98,6 +102,7 @@ impl SetOptions {
             rate: this.rate,
             ingress_rate: this.ingress_rate,
             horizon: this.horizon,
+            framing: this.framing,
             overhead: this.overhead,
             mpu: this.mpu,
             isolation: this.isolation,

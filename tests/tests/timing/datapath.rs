@@ -7,6 +7,7 @@ use shaper::{bpf::monotonic_now_ns, config::StateParams};
 use shaper_common::{
     abi::HostRate,
     edt::{ns_per_byte_fp, tx_time_ns},
+    framing::{self, Keyword, Word},
     stats::DropReason,
 };
 use shaper_tests::{DROP, Harness, PASS, TEST_STATE, config, packet, skb::SkbContext};
@@ -67,26 +68,43 @@ fn gso_packets_are_accounted_per_segment_as_the_qdisc_layer_counts_them() {
 }
 
 #[test]
-fn overhead_and_mpu_apply_per_segment() {
+fn framing_counts_what_the_link_sends_per_segment() {
     // 100 kbit/s, and a full frame first: the clock is then 120 ms ahead of now and stays
     // ahead, so each departure follows the last by exactly its wire time however slowly the
     // runs follow one another.
     let rate = SLOW_BPS / 10;
     let mut cfg = config(rate, 10 * SECOND);
-    cfg.overhead_bytes = 24;
-    cfg.mpu_bytes = 84;
+    // Counted from the network header: the 14-byte Ethernet header is replaced by 24.
+    cfg.framing = framing::resolve([Word::Overhead(24), Word::Mpu(84)]);
     let mut h = Harness::new(cfg);
     let fp = ns_per_byte_fp(rate);
     let tiny = packet::tcp4_frame(54);
     stamped(&mut h, &packet::tcp4_frame(1514));
     let t1 = stamped(&mut h, &tiny);
     let t2 = stamped(&mut h, &tiny);
-    assert_eq!(t2 - t1, tx_time_ns(84, fp), "54 + 24 < mpu 84");
+    assert_eq!(t2 - t1, tx_time_ns(84, fp), "40 + 24 < mpu 84");
+    // Four segments of 900 behind 66 bytes of headers: four frames of 952 IP bytes.
     let gso = SkbContext::default().with_gso(4, 900, 4 * 966);
     let t3 = h.run(&packet::tcp4_frame(66 + 4 * 900), &gso).ctx.tstamp();
     let t4 = stamped(&mut h, &tiny);
     assert_eq!(t3 - t2, tx_time_ns(84, fp));
-    assert_eq!(t4 - t3, tx_time_ns(4 * (966 + 24), fp));
+    assert_eq!(t4 - t3, tx_time_ns(4 * (952 + 24), fp));
+
+    // ATM (pppoa-vcmux): each segment in whole cells, the short last one on its own.
+    let mut cfg = config(rate, 10 * SECOND);
+    cfg.framing = framing::resolve([Word::Keyword(Keyword::PppoaVcmux)]);
+    let mut h = Harness::new(cfg);
+    stamped(&mut h, &packet::tcp4_frame(1514));
+    let t1 = stamped(&mut h, &tiny);
+    let gso = SkbContext::default().with_gso(3, 900, 2 * 966 + 166);
+    let t2 = h
+        .run(&packet::tcp4_frame(66 + 2 * 900 + 100), &gso)
+        .ctx
+        .tstamp();
+    let t3 = stamped(&mut h, &tiny);
+    assert_eq!(t2 - t1, tx_time_ns(2 * 53, fp), "40 + 10 bytes: two cells");
+    // 952 + 10 bytes: 21 cells; the last, 152 + 10: 4.
+    assert_eq!(t3 - t2, tx_time_ns(2 * 21 * 53 + 4 * 53, fp));
 }
 
 #[test]
