@@ -74,13 +74,19 @@ impl Framing {
     /// `packet.qdisc_len` is what the qdisc layer counts (`__sk_buff->wire_len`): for a GSO
     /// packet the kernel adds one copy of the headers per further segment, so their length is
     /// `(qdisc_len - len) / (segs - 1)` and each full segment is that plus `seg_size`; the last
-    /// is what remains (sch_cake's `cake_overhead`).
+    /// is what remains (sch_cake's `cake_overhead`). Counts that cannot be a real packet's
+    /// (no room for a last segment) are taken as equal frames.
     #[inline(always)]
     pub fn packet_bytes(&self, packet: Packet) -> u64 {
         if packet.segs <= 1 || packet.seg_size == 0 || packet.qdisc_len <= packet.len {
             return self.frame_bytes(packet.qdisc_len, packet.network_offset);
         }
         let more = packet.segs - 1;
+        if packet.len as u64 <= packet.seg_size as u64 * more as u64 {
+            // Counts that do not add up (no last segment): the qdisc length in equal frames.
+            let each = packet.qdisc_len.div_ceil(packet.segs);
+            return self.frame_bytes(each, packet.network_offset) * packet.segs as u64;
+        }
         let headers = (packet.qdisc_len - packet.len) / more;
         let full = headers.saturating_add(packet.seg_size);
         let last = packet
@@ -414,6 +420,16 @@ mod tests {
             43 * 32 * 53 + 3 * 53
         );
         assert_eq!(Framing::RAW.packet_bytes(short), 43 * 1514 + 114);
+        // Counts that do not add up (a test run's one frame said to be six): equal frames.
+        let claimed = Packet {
+            qdisc_len: 6 * 1514,
+            len: 1514,
+            segs: 6,
+            seg_size: 1472,
+            network_offset: eth,
+        };
+        assert_eq!(Framing::RAW.packet_bytes(claimed), 6 * 1514);
+        assert_eq!(framing("docsis").packet_bytes(claimed), 6 * 1518);
         // Not GSO, or a count the kernel did not fill in: one frame of the qdisc length.
         let single = Packet {
             qdisc_len: 1514,

@@ -125,7 +125,16 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         }
     };
     // SAFETY: the context is a valid __sk_buff for the whole run.
-    info.tin = tin(&info, unsafe { (*ctx.skb.skb).mark }, config);
+    let skb = unsafe { &*ctx.skb.skb };
+    info.tin = tin(&info, skb.mark, config);
+    // Here rather than in the scheduler, whose stack has no room to spare on 6.1.
+    info.wire = config.framing.packet_bytes(Packet {
+        qdisc_len: skb.wire_len,
+        len: skb.len,
+        segs: skb.gso_segs,
+        seg_size: skb.gso_size,
+        network_offset: info.l3_offset,
+    }) as u32;
     let Some(slot) = PACKET.get_ptr_mut(0) else {
         return stats::pass(stats, PassReason::NoState);
     };
@@ -168,13 +177,7 @@ fn try_schedule(ctx: &TcContext) -> Verdict {
 
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &mut *ctx.skb.skb };
-    let wire = config.framing.packet_bytes(Packet {
-        qdisc_len: skb.wire_len,
-        len: skb.len,
-        segs: skb.gso_segs,
-        seg_size: skb.gso_size,
-        network_offset: info.l3_offset,
-    });
+    let wire = info.wire as u64;
     let now = unsafe { bpf_ktime_get_ns() };
     // The marker's instructions (see `ecn`): where the IP header is, and what to rewrite.
     let mut cb = ControlBlock::new(&mut skb.cb);

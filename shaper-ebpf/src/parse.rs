@@ -77,6 +77,9 @@ pub struct PacketInfo {
     pub tin: u8,
     /// Offset of the transport header from the start of the frame.
     pub l4_offset: u32,
+    /// Bytes it takes on the bottleneck link (`Framing::packet_bytes`), set by the caller
+    /// after parsing.
+    pub wire: u32,
 }
 
 impl PacketInfo {
@@ -198,6 +201,7 @@ fn parse_ipv4(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         l3_offset: offset as u32,
         tin: 0,
         l4_offset: (offset + ihl) as u32,
+        wire: 0,
     };
     if !later_fragment {
         parse_l4(ctx, &mut info)?;
@@ -235,6 +239,7 @@ fn parse_ipv6(ctx: &TcContext, offset: usize) -> Result<PacketInfo, ParseError> 
         l3_offset: offset as u32,
         tin: 0,
         l4_offset: 0,
+        wire: 0,
     };
     let mut next = offset + IPV6_HLEN;
     let mut later_fragment = false;

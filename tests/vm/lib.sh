@@ -86,15 +86,19 @@ pair_down() {
 goodput_mbit() {
 	seconds=$1 parallel=$2
 	shift 2
-	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$seconds" -O 1 -P "$parallel" --format m "$@" 2>&1) ||
+	out=$(ip netns exec "$SRC" iperf3 -c 10.9.0.2 -t "$seconds" -O 1 -P "$parallel" --format k "$@" 2>&1) ||
 		fail "iperf3 $*: $out"
 	echo "$out" | receiver_mbit
 }
 
 # receiver_mbit: the receiver's Mbit/s in the iperf3 client output on stdin (the sum's, with
-# parallel streams).
+# parallel streams), to 10 kbit/s (iperf3's own Mbit/s has one decimal: 0.5 % at 20 Mbit/s, so
+# goodput_mbit asks for Kbit/s).
 receiver_mbit() {
-	awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") v = $(i - 1) } END { print v }'
+	awk '/receiver/ { for (i = 1; i <= NF; i++) {
+			if ($i == "Mbits/sec") v = $(i - 1)
+			if ($i == "Kbits/sec") v = $(i - 1) / 1000 } }
+		END { if (v != "") printf "%.2f\n", v }'
 }
 
 # qdisc_state IF: the qdisc configuration of IF in src, stripped of counters, sorted (the

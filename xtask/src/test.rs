@@ -41,6 +41,8 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-dualstack.sh"],
     // `--nat` behind a masquerading router: the LAN machines are the hosts, beside CAKE's nat.
     &["tests/vm/e2e-nat.sh"],
+    // `--framing`: DOCSIS, PTM and ATM counted as CAKE counts them, beside CAKE; set in place.
+    &["tests/vm/e2e-framing.sh"],
     &["tests/vm/e2e-ackfilter.sh"],
     // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
     // without it.
