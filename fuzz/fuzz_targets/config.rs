@@ -40,8 +40,16 @@ fn check_bounds(s: &Settings) {
     assert_eq!(s.segmenter, s.split_gso);
     assert!(s.describe().starts_with(&s.iface));
 
-    for (frame, largest) in [(1_514, 65_536), (1_514, 3_028), (9_014, 589_824), (82, 164)] {
-        let c = s.datapath_config(frame, largest);
+    for (frame, header, largest) in [
+        (1_514, 14, 65_536),
+        (1_514, 14, 3_028),
+        (9_014, 14, 589_824),
+        (82, 14, 164),
+        (1_420, 0, 65_536),
+        (68, 0, 136),
+    ] {
+        let c = s.datapath_config(frame, header, largest);
+        assert_eq!(c.link_header_bytes, header);
         assert_eq!(c.rate_bps, s.rate_bps);
         assert_eq!(c.tins as usize, s.diffserv.tins().len());
         assert_eq!(c.tin_of_dscp, s.diffserv.table());
@@ -66,8 +74,9 @@ fn check_bounds(s: &Settings) {
         };
         assert_eq!(&as_egress, s, "ingress has the egress policy");
         check_bounds(ingress);
-        let on_ifb = s.for_ingress("ifb4x").expect("an ingress direction");
+        let on_ifb = s.for_ingress("ifb4x", 0).expect("an ingress direction");
         assert!(!on_ifb.segmenter && on_ifb.iface == "ifb4x");
+        assert_eq!(on_ifb.link_header_bytes, Some(0));
     }
 }
 

@@ -174,7 +174,7 @@ fuzz_target!(|input: Input| {
     };
     let largest = gso.largest_packet_bytes(frame_bytes);
     assert!(largest >= 2 * u64::from(frame_bytes));
-    let config = settings.datapath_config(frame_bytes, largest);
+    let config = settings.datapath_config(frame_bytes, 14, largest);
     assert!(config.calendar_bin_ns >= 1_000_000);
     assert!(config.aqm.target_ns > 0 && config.aqm.interval_ns >= 2 * config.aqm.target_ns);
     assert!(config.aqm.limit_ns <= settings.horizon_ns);

@@ -112,7 +112,7 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         return Verdict::Pass;
     }
 
-    let mut info = match classify(ctx) {
+    let mut info = match classify(ctx, config) {
         Ok(info) => info,
         Err(err) => {
             return stats::pass(
@@ -313,7 +313,7 @@ pub fn shaper_ingress(ctx: TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     }
     // GRO packets may hold their headers in pages: pull them as the egress path does.
-    if let Ok(info) = classify(&ctx) {
+    if let Ok(info) = classify(&ctx, config) {
         ackfilter::observe(&info);
     }
     TC_ACT_UNSPEC
@@ -383,8 +383,8 @@ pub fn shaper_mark(ctx: TcContext) -> i32 {
 
 /// Parses the headers, pulling them into the linear area once if they are paged.
 #[inline(always)]
-fn classify(ctx: &TcContext) -> Result<parse::PacketInfo, ParseError> {
-    let mut info = match parse::parse(ctx) {
+fn classify(ctx: &TcContext, config: &ShaperConfig) -> Result<parse::PacketInfo, ParseError> {
+    let mut info = match parse::parse(ctx, config.link_header_bytes) {
         Err(ParseError::NotLinear) => {
             let want = if ctx.len() < MAX_HEADER_BYTES {
                 ctx.len()
@@ -392,7 +392,7 @@ fn classify(ctx: &TcContext) -> Result<parse::PacketInfo, ParseError> {
                 MAX_HEADER_BYTES
             };
             ctx.pull_data(want).map_err(|_| ParseError::Malformed)?;
-            parse::parse(ctx)
+            parse::parse(ctx, config.link_header_bytes)
         }
         other => other,
     }?;

@@ -1,4 +1,5 @@
-//! Header parsing: Ethernet (up to two VLAN tags), IPv4/IPv6 (with extension headers), TCP/UDP.
+//! Header parsing: Ethernet (up to two VLAN tags) or none, IPv4/IPv6 (with extension headers),
+//! TCP/UDP.
 //!
 //! Direct packet access only, every read bounds-checked against `data_end` through `ptr_at`.
 //! When headers are not in the linear part of the skb the parser says so
@@ -135,12 +136,20 @@ fn be16(bytes: [u8; 2]) -> u16 {
     u16::from_be_bytes(bytes)
 }
 
+/// Parses the packet, which starts with `link_header_bytes` of link-layer header: Ethernet's,
+/// or none on a device that carries IP alone (PPP, WireGuard, IP tunnels), whose packets' IP
+/// version the kernel keeps in `skb->protocol`.
 #[inline(always)]
-pub fn parse(ctx: &TcContext) -> Result<PacketInfo, ParseError> {
-    let mut offset = 12;
-    // SAFETY: ptr_at checked the bytes are inside the packet.
-    let mut ether_type = be16(unsafe { *ptr_at::<[u8; 2]>(ctx, offset)? });
-    offset = ETH_HLEN;
+pub fn parse(ctx: &TcContext, link_header_bytes: u32) -> Result<PacketInfo, ParseError> {
+    let (mut ether_type, mut offset) = if link_header_bytes == 0 {
+        // SAFETY: the context is a valid __sk_buff for the whole run; the field holds the
+        // network-order protocol.
+        let protocol = unsafe { (*ctx.skb.skb).protocol } as u16;
+        (u16::from_be(protocol), 0)
+    } else {
+        // SAFETY: ptr_at checked the bytes are inside the packet.
+        (be16(unsafe { *ptr_at::<[u8; 2]>(ctx, 12)? }), ETH_HLEN)
+    };
     for _ in 0..MAX_VLAN_TAGS {
         if ether_type != ETH_P_8021Q && ether_type != ETH_P_8021AD {
             break;

@@ -20,7 +20,7 @@ use shaper_common::{
     time,
 };
 
-use crate::{link, qdisc::FqParams};
+use crate::qdisc::FqParams;
 
 /// A full Ethernet frame, for sizing before the device is known.
 const FRAME_BYTES: u32 = 1_514;
@@ -415,6 +415,10 @@ pub struct Settings {
     /// crossed the link already): a packet leaving late after a stall is not charged for its
     /// lateness (`shaper_common::overrun::credit_floor`).
     pub behind_bottleneck: bool,
+    /// The link-layer header in front of the packets' network header when it is not the
+    /// device's own: the ingress direction's IFB gets packets as the shaped interface received
+    /// them. `None`: the device's (`link::Interface::link_header_bytes`).
+    pub link_header_bytes: Option<u32>,
     pub diffserv: Diffserv,
     /// Clear the DSCP after classification.
     pub wash: bool,
@@ -558,6 +562,7 @@ impl Settings {
             split_gso,
             segmenter: split_gso,
             behind_bottleneck: false,
+            link_header_bytes: None,
             diffserv,
             wash,
             nat,
@@ -581,25 +586,33 @@ impl Settings {
         Ok(Self { ingress, ..egress })
     }
 
-    /// The settings of the ingress direction, shaped on `ifb`'s egress.
-    pub fn for_ingress(&self, ifb: &str) -> Option<Self> {
+    /// The settings of the ingress direction, shaped on `ifb`'s egress, for an interface
+    /// whose link-layer header is `link_header_bytes`.
+    pub fn for_ingress(&self, ifb: &str, link_header_bytes: u32) -> Option<Self> {
         self.ingress.as_deref().map(|s| Self {
             iface: ifb.to_string(),
             segmenter: false,
+            link_header_bytes: Some(link_header_bytes),
             ..s.clone()
         })
     }
 
     /// The map value the data path reads, for a device whose full frames are `frame_bytes` as
-    /// it sends them and whose largest packets (its GSO limits, see `link::GsoLimits`) are
+    /// it sends them, behind `link_header_bytes` of link-layer header (`link::link_header_bytes`),
+    /// and whose largest packets (its GSO limits, see `link::GsoLimits`) are
     /// `largest_packet_bytes`.
-    pub fn datapath_config(&self, frame_bytes: u32, largest_packet_bytes: u64) -> ShaperConfig {
+    pub fn datapath_config(
+        &self,
+        frame_bytes: u32,
+        link_header_bytes: u32,
+        largest_packet_bytes: u64,
+    ) -> ShaperConfig {
         let ns_per_byte_fp = edt::ns_per_byte_fp(self.rate_bps);
         // Every size below is wire time at the rate: the bytes the bottleneck link sends.
         let device_frame = frame_bytes.max(1);
         let frame_bytes = self
             .framing
-            .frame_bytes(device_frame, link::ETH_HEADER_BYTES)
+            .frame_bytes(device_frame, link_header_bytes)
             .min(u32::MAX as u64) as u32;
         let largest_packet_bytes =
             (largest_packet_bytes * frame_bytes as u64).div_ceil(device_frame as u64);
@@ -633,7 +646,7 @@ impl Settings {
             segmenter_ifindex: 0,
             lent_window_ns: edt::tx_time_ns(frame_bytes as u64 * LENT_WINDOW_FRAMES, ns_per_byte_fp)
                 .min(u32::MAX as u64) as u32,
-            link_header_bytes: link::ETH_HEADER_BYTES,
+            link_header_bytes,
             reserved: 0,
         }
     }
@@ -743,7 +756,7 @@ mod tests {
         assert_eq!(s.horizon_ns, 2_000_000_000);
         assert_eq!(s.fq.horizon_us, 3_000_000);
         assert_eq!(
-            s.datapath_config(1514, 65_536).ns_per_byte_fp,
+            s.datapath_config(1514, 14, 65_536).ns_per_byte_fp,
             edt::ns_per_byte_fp(100_000_000)
         );
     }
@@ -913,7 +926,7 @@ mod tests {
         let window = |rate: &str| {
             Settings::resolve(cli("eth0", rate), None)
                 .unwrap()
-                .datapath_config(1514, 65_536)
+                .datapath_config(1514, 14, 65_536)
                 .lent_window_ns
         };
         assert!((25_498_000..25_500_000).contains(&window("950kbit")));
@@ -925,7 +938,7 @@ mod tests {
     fn isolation_and_state() {
         let s = Settings::resolve(cli("eth0", "1gbit"), None).unwrap();
         assert_eq!(s.isolation, Isolation::TripleIsolate);
-        let c = s.datapath_config(1514, 65_536);
+        let c = s.datapath_config(1514, 14, 65_536);
         assert_eq!(c.isolation, Isolation::TripleIsolate as u32);
         assert_eq!(c.host_mask_v4, u32::MAX);
         assert_eq!(c.host_mask_v6, [u32::MAX, u32::MAX, 0, 0]);
@@ -970,7 +983,7 @@ mod tests {
             let mut c = cli("eth0", "1mbit");
             c.ack_filter = Some(mode.into());
             let s = Settings::resolve(c, None).unwrap();
-            s.datapath_config(1514, 65_536).ack_quantum_bytes
+            s.datapath_config(1514, 14, 65_536).ack_quantum_bytes
         };
         // CAKE's quantum at 1 Mbit/s is 300 bytes: one ACK a round kept in aggressive mode,
         // two in conservative.
@@ -981,13 +994,13 @@ mod tests {
     #[test]
     fn ingress_rate_shapes_the_other_direction_with_the_same_policy() {
         let s = Settings::resolve(cli("eth0", "1mbit"), None).unwrap();
-        assert!(s.ingress.is_none() && s.for_ingress("ifb4eth0").is_none());
+        assert!(s.ingress.is_none() && s.for_ingress("ifb4eth0", 14).is_none());
         let mut c = cli("eth0", "1mbit");
         c.ingress_rate = Some("30mbit".into());
         c.ack_filter = Some("aggressive".into());
         c.isolation = Some("dual-dsthost".into());
         let s = Settings::resolve(c, None).unwrap();
-        let i = s.for_ingress("ifb4eth0").unwrap();
+        let i = s.for_ingress("ifb4eth0", 14).unwrap();
         assert_eq!(
             (i.iface.as_str(), i.rate_bps, i.isolation),
             ("ifb4eth0", 30_000_000, Isolation::DualDstHost)
@@ -1091,7 +1104,9 @@ mod tests {
         assert!(e.contains("intranet") && e.contains("datacentre"), "{e}");
         assert!(with_rtt("0us").is_err());
         // The AQM's parameters follow: internet at 100 Mbit/s is CoDel's 5 ms / 100 ms.
-        let c = with_rtt("internet").unwrap().datapath_config(1514, 65_536);
+        let c = with_rtt("internet")
+            .unwrap()
+            .datapath_config(1514, 14, 65_536);
         assert_eq!(
             (c.aqm.target_ns, c.aqm.interval_ns),
             (5_000_000, 100_000_000)

@@ -66,7 +66,8 @@ pub struct Ingress {
 /// taken over as the egress one is); otherwise what it set up is removed.
 pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()> {
     let stale = egress.take_stale_ingress();
-    let wanted = settings.for_ingress(&INGRESS_IFB.name(egress.iface()));
+    let header = egress.iface().link_header_bytes(&mut Socket::open()?)?;
+    let wanted = settings.for_ingress(&INGRESS_IFB.name(egress.iface()), header);
     let take_up = match (&stale, &wanted) {
         (Some(stale), Some(wanted)) => stale.ifb == wanted.iface && is_ifb(&stale.ifb)?,
         _ => false,
@@ -209,7 +210,8 @@ impl Part for Ingress {
     /// The ingress rate's GRO limits, then the IFB's own deployment (`shape::change`).
     fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
         // `live::change` refuses adding or removing the direction.
-        let Some(ingress) = settings.for_ingress(&self.settings.iface) else {
+        let header = cx.iface.link_header_bytes(cx.sock)?;
+        let Some(ingress) = settings.for_ingress(&self.settings.iface, header) else {
             return Ok(());
         };
         self.gro

@@ -28,6 +28,10 @@ pub enum LinkError {
     Unknown(String),
     #[error("reading link {iface}: {source}")]
     Netlink { iface: String, source: NetlinkError },
+    #[error(
+        "{iface} is a link of type {arphrd} (ARPHRD_*, include/uapi/linux/if_arp.h): shaper shapes Ethernet devices and devices that carry IP alone (PPP, WireGuard, IP tunnels, tun)"
+    )]
+    LinkType { iface: String, arphrd: u16 },
 }
 
 #[derive(Debug, Clone)]
@@ -65,9 +69,19 @@ impl Interface {
         Ok(mtu.unwrap_or(1_500))
     }
 
-    /// Wire bytes of a full-sized frame: the MTU plus an Ethernet header.
-    pub fn frame_bytes(&self, sock: &mut Socket) -> Result<u32, LinkError> {
-        Ok(self.mtu(sock)? + ETH_HEADER_BYTES)
+    /// The link-layer header in front of the network header of what the device sends
+    /// ([`link_header_bytes`] of its type).
+    pub fn link_header_bytes(&self, sock: &mut Socket) -> Result<u32, LinkError> {
+        let replies = self.getlink(sock)?;
+        // struct ifinfomsg: family, pad, then the ARPHRD_* type.
+        let arphrd = replies
+            .iter()
+            .find(|r| r.len() >= 16)
+            .map_or(ARPHRD_ETHER, |r| u16::from_ne_bytes([r[2], r[3]]));
+        link_header_bytes(arphrd).ok_or_else(|| LinkError::LinkType {
+            iface: self.name.clone(),
+            arphrd,
+        })
     }
 
     /// The device's current GSO limits.
@@ -347,6 +361,31 @@ const GSO_MAX_BYTES: u32 = 65_536;
 /// The link-layer header in front of an Ethernet device's network header.
 pub const ETH_HEADER_BYTES: u32 = 14;
 
+const ARPHRD_ETHER: u16 = 1;
+const ARPHRD_PPP: u16 = 512;
+const ARPHRD_RAWIP: u16 = 519;
+const ARPHRD_TUNNEL: u16 = 768;
+const ARPHRD_TUNNEL6: u16 = 769;
+const ARPHRD_LOOPBACK: u16 = 772;
+const ARPHRD_SIT: u16 = 776;
+const ARPHRD_IPGRE: u16 = 778;
+const ARPHRD_IP6GRE: u16 = 823;
+const ARPHRD_NONE: u16 = 0xfffe;
+
+/// The link-layer header a device of type `arphrd` puts in front of the network header of
+/// what it sends: Ethernet's (VLAN devices and bridges are Ethernet; the loopback device uses
+/// its header too), none on the devices that carry IP alone (PPP, WireGuard and tun are
+/// `ARPHRD_NONE`, the IP-in-IP and GRE tunnels their own types). `None` for any other kind of
+/// link, which the parser cannot read.
+pub fn link_header_bytes(arphrd: u16) -> Option<u32> {
+    match arphrd {
+        ARPHRD_ETHER | ARPHRD_LOOPBACK => Some(ETH_HEADER_BYTES),
+        ARPHRD_NONE | ARPHRD_PPP | ARPHRD_RAWIP | ARPHRD_TUNNEL | ARPHRD_TUNNEL6 | ARPHRD_SIT
+        | ARPHRD_IPGRE | ARPHRD_IP6GRE => Some(0),
+        _ => None,
+    }
+}
+
 /// A full Ethernet frame: the unit of the GSO budget.
 const FRAME_BYTES: u32 = 1_500 + ETH_HEADER_BYTES;
 
@@ -588,6 +627,19 @@ pub fn current_netns_id() -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn devices_that_carry_ip_alone_have_no_link_header() {
+        assert_eq!(link_header_bytes(ARPHRD_ETHER), Some(14));
+        // WireGuard and tun, PPP, ipip, gre.
+        for arphrd in [ARPHRD_NONE, ARPHRD_PPP, ARPHRD_TUNNEL, ARPHRD_IPGRE] {
+            assert_eq!(link_header_bytes(arphrd), Some(0), "{arphrd}");
+        }
+        // InfiniBand, CAN: refused, never parsed as something else.
+        assert_eq!(link_header_bytes(32), None);
+        assert_eq!(link_header_bytes(280), None);
+    }
+
     use super::*;
 
     const DEFAULT: GsoLimits = GsoLimits::UNKNOWN;

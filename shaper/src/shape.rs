@@ -70,7 +70,11 @@ pub fn apply_with(
     });
     let left = Left::find(&iface);
     let mut sock = Socket::open()?;
-    let frame_bytes = iface.frame_bytes(&mut sock)?;
+    let link_header_bytes = match settings.link_header_bytes {
+        Some(bytes) => bytes,
+        None => iface.link_header_bytes(&mut sock)?,
+    };
+    let frame_bytes = iface.mtu(&mut sock)? + link_header_bytes;
     let gso = plan_limits::<GsoLimits>(
         &mut sock,
         &iface,
@@ -97,7 +101,11 @@ pub fn apply_with(
             ""
         }
     );
-    datapath.configure(&settings.datapath_config(frame_bytes, largest_packet))?;
+    datapath.configure(&settings.datapath_config(
+        frame_bytes,
+        link_header_bytes,
+        largest_packet,
+    ))?;
     conntrack::apply(&mut datapath, settings.nat, &iface.name)?;
     // Before any packet meets it: the machine is one host from the first.
     own::apply(&mut datapath, &own::addresses(&mut sock)?, &iface.name)?;
@@ -162,6 +170,7 @@ pub fn apply_with(
             clsact_added,
             settings: settings.clone(),
             frame_bytes,
+            link_header_bytes,
             left,
         }),
     ];
@@ -193,6 +202,16 @@ fn add_segmenter(deployment: &mut Deployment, settings: &Settings) {
         .segmenter
         .then(|| GsoLimits::split_segs(settings.rate_bps))
         .flatten();
+    // The segmenter's IFB is an Ethernet device and its packets cross it as Ethernet frames: a
+    // device that carries IP alone keeps TCP's lowered GSO limits only (forwarded super-packets
+    // leave whole there).
+    let carries_ip_alone = || {
+        Socket::open()
+            .map_err(anyhow::Error::from)
+            .and_then(|mut sock| Ok(deployment.iface().link_header_bytes(&mut sock)?))
+            .is_ok_and(|bytes| bytes == 0)
+    };
+    let wanted = wanted.filter(|_| !carries_ip_alone());
     let Some(split_segs) = wanted else {
         if let Some(prior) = prior
             && let Err(e) = segmenter::clean_stale(deployment.iface(), &prior)
@@ -353,6 +372,9 @@ struct Programs {
     settings: Settings,
     /// The frame size the data path's configuration was computed for.
     frame_bytes: u32,
+    /// The link-layer header of the packets (`Settings::link_header_bytes`, else the
+    /// device's): fixed while it runs.
+    link_header_bytes: u32,
     /// What a predecessor pinned (its TCX links), for `apply` to take over.
     left: Option<Left>,
 }
@@ -366,9 +388,11 @@ impl Programs {
         let config = ShaperConfig {
             split_gso_segs: current.split_gso_segs,
             segmenter_ifindex: current.segmenter_ifindex,
-            ..self
-                .settings
-                .datapath_config(frame_bytes, limits.largest_packet_bytes(frame_bytes))
+            ..self.settings.datapath_config(
+                frame_bytes,
+                self.link_header_bytes,
+                limits.largest_packet_bytes(frame_bytes),
+            )
         };
         cx.datapath.configure(&config)?;
         conntrack::apply(cx.datapath, self.settings.nat, &cx.iface.name)?;
@@ -489,7 +513,7 @@ impl Part for Programs {
     }
 
     fn keep(&mut self, cx: &mut Context) -> anyhow::Result<()> {
-        let frame_bytes = cx.iface.frame_bytes(cx.sock)?;
+        let frame_bytes = cx.iface.mtu(cx.sock)? + self.link_header_bytes;
         if frame_bytes != self.frame_bytes {
             let fault = Fault::Mtu {
                 was: self.frame_bytes,

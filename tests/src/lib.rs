@@ -192,6 +192,7 @@ pub fn config(rate_bps: u64, horizon_ns: u64) -> ShaperConfig {
         ns_per_byte_fp: shaper_common::edt::ns_per_byte_fp(rate_bps),
         horizon_ns,
         framing: shaper_common::framing::Framing::RAW,
+        link_header_bytes: 14,
         ack_quantum_bytes: shaper_common::ackfilter::round_quantum_bytes(rate_bps, 1514),
         calendar_bin_ns: shaper_common::sizing::calendar_bin_ns(
             shaper_common::edt::ns_per_byte_fp(rate_bps),

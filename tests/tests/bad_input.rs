@@ -193,7 +193,7 @@ struct Run {
 impl Run {
     fn new(setup: Setup) -> Self {
         let settings = Settings::resolve(setup.cli, None).expect("a valid configuration");
-        let mut h = Harness::with_state(settings.datapath_config(1_514, 65_536), &TEST_STATE);
+        let mut h = Harness::with_state(settings.datapath_config(1_514, 14, 65_536), &TEST_STATE);
         if let Some(segs) = setup.split_segs {
             h.datapath
                 .set_segmenter(Some((segs, SEGMENTER_IFINDEX)))

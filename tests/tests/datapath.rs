@@ -101,6 +101,48 @@ fn every_ip_flavour_is_shaped() {
     assert_eq!(h.view().stats.shaped_packets, frames.len() as u64);
 }
 
+/// PPP, WireGuard and IP tunnels carry no link-layer header: their packets start at the IP
+/// header and the kernel's protocol says which IP. (BPF_PROG_TEST_RUN takes the protocol from
+/// bytes 12-13 as if they were an Ethernet type: the source addresses below put 0x0800 and
+/// 0x86dd there.)
+#[test]
+fn packets_of_a_device_that_carries_ip_alone_are_read_from_their_ip_header() {
+    let mut cfg = config(SLOW_BPS, SECOND);
+    cfg.link_header_bytes = 0;
+    cfg.isolation = shaper_common::isolation::Isolation::Flows as u32;
+    let mut h = Harness::new(cfg);
+    let tcp = packet::tcp_header(40000, 5201, packet::ACK);
+    let v4 = packet::ipv4(packet::TCP, [8, 0, 0, 1], [10, 0, 0, 2], &tcp);
+    let mut v6 = packet::ipv6(packet::UDP, 1, 2, &packet::udp_datagram(5353, 53, 100));
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    for (name, bytes) in [("ipv4 tcp", &v4), ("ipv6 udp", &v6)] {
+        let out = h.run(bytes, &SkbContext::default());
+        assert_eq!(out.verdict, PASS, "{name}");
+        assert!(out.ctx.tstamp() > 0, "{name} is stamped");
+        assert_eq!(
+            &out.data, bytes,
+            "{name}: the packet itself is not modified"
+        );
+    }
+    let view = h.view();
+    assert_eq!(view.stats.shaped_packets, 2);
+    let flows = h.datapath.flows(usize::MAX).unwrap();
+    let mut ports: Vec<_> = flows
+        .iter()
+        .map(|(k, _)| (k.family, k.src_port, k.dst_port))
+        .collect();
+    ports.sort();
+    assert_eq!(ports, [(4, 40000, 5201), (6, 5353, 53)]);
+    let v4_flow = flows.iter().find(|(k, _)| k.family == 4).unwrap().0;
+    assert_eq!(v4_flow.src[0].to_ne_bytes(), [8, 0, 0, 1]);
+
+    // The same bytes on an Ethernet device are not IP: left unshaped.
+    let mut h = Harness::new(config(SLOW_BPS, SECOND));
+    let out = h.run(&v4, &SkbContext::default());
+    assert_eq!((out.verdict, out.ctx.tstamp()), (PASS, 0));
+    assert_eq!(h.view().stats.shaped_packets, 0);
+}
+
 #[test]
 fn non_ip_and_malformed_packets_pass_untouched_and_are_counted() {
     let mut h = Harness::new(config(SLOW_BPS, SECOND));

@@ -36,7 +36,7 @@ fn flows_in_memory(n: u64) {
     .expect("settings");
     settings.state.max_flows = (n * 5 / 4).max(1024) as u32;
     settings.state.flow_quota = 0;
-    let mut h = Harness::with_state(settings.datapath_config(1514, 65_536), &settings.state);
+    let mut h = Harness::with_state(settings.datapath_config(1514, 14, 65_536), &settings.state);
     let l4 = packet::udp_datagram(0, 0, 1);
     let mut frame = Frame::ether_type(ETH_P_IP)
         .payload(packet::ipv4(UDP, [10, 9, 0, 1], [10, 9, 0, 2], &l4))

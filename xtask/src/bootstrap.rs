@@ -17,7 +17,8 @@ use crate::{cache_dir, run_quiet, run_status};
 /// and the lab run (iproute2, iperf3, ping, dash, procps, ethtool, bpftool, util-linux's
 /// nsenter and setpriv), systemd's
 /// systemd-analyze for the unit file's test, fonts for the lab's plots, skopeo to read the OCI
-/// image back as the engines do, nftables for the VM's masquerading router.
+/// image back as the engines do, nftables for the VM's masquerading router, wireguard-tools
+/// for its WireGuard tunnel.
 const PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
@@ -38,6 +39,7 @@ const PACKAGES: &[&str] = &[
     "fonts-dejavu-core",
     "skopeo",
     "nftables",
+    "wireguard-tools",
 ];
 
 const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";

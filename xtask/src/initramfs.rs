@@ -51,6 +51,9 @@ const OPTIONAL_MODULES: &[&str] = &[
     "nf_tables",
     "nft_chain_nat",
     "nft_masq",
+    // Devices that carry IP alone (the tunnels' test).
+    "ipip",
+    "wireguard",
 ];
 
 /// Real tools from the host (busybox's applets are not iproute2, iperf3, a full ping or procps'
@@ -58,7 +61,7 @@ const OPTIONAL_MODULES: &[&str] = &[
 /// with the capabilities a pod or the systemd unit grants, which busybox's may not know).
 const HOST_TOOLS: &[&str] = &[
     "ip", "tc", "ss", "bridge", "nstat", "iperf3", "ping", "ethtool", "dash", "bash", "bpftool",
-    "sysctl", "nsenter", "unshare", "setpriv", "nft",
+    "sysctl", "nsenter", "unshare", "setpriv", "nft", "wg",
 ];
 
 /// Diagnostic tools copied in when this machine has them (`apt-get install tcpdump`): a VM

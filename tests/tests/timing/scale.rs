@@ -158,7 +158,7 @@ fn settings() -> Settings {
 
 fn harness(settings: &Settings) -> Harness {
     Harness::with_state(
-        settings.datapath_config(FRAME as u32, 65_536),
+        settings.datapath_config(FRAME as u32, 14, 65_536),
         &settings.state,
     )
 }
