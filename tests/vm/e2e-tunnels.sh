@@ -4,8 +4,9 @@
 # boot, both `dual-dsthost`: two destination hosts behind the tunnel, one with 1 connection and
 # one with 4, at RATE; shaper's sum within TOLERANCE % of CAKE's and its hosts' shares
 # (min/max) within TOLERANCE points of CAKE's. (CAKE's default triple-isolate is fair per flow
-# when one source host sends to several: 1:4 here.) Then the ACK filter on the WireGuard tunnel's uplink: a download's ACKs are
-# filtered (the ingress observer reads the tunnel's packets too).
+# when one source host sends to several: 1:4 here.) Then the WireGuard tunnel's ingress
+# direction through its IFB at its rate, and the ACK filter on its uplink: a download's ACKs
+# are filtered (the ingress observer reads the tunnel's packets too).
 #
 # Usage: e2e-tunnels.sh [RATE_MBIT]   (default: 20)
 # Prints one "RESULT ..." line per device and reference for the record.
@@ -104,6 +105,21 @@ for dev in wg0:10.60.0 ipip0:10.61.0; do
 	problems=$(wrong "$name")
 	[ -z "$problems" ] || fail "${problems#; }"
 done
+
+# The ingress direction of a tunnel: its IFB gets the packets without a link-layer header, as
+# the tunnel received them, and shapes them.
+INGRESS_MBIT=10
+shaper_start_in "$SRC" wg0 --iface wg0 --rate 1gbit --ingress-rate "${INGRESS_MBIT}mbit"
+down=$(ip netns exec "$SRC" iperf3 -c 10.60.0.2 -R -t 6 -O 1 -P 4 --format k 2>&1 | receiver_mbit)
+unshaped=$(ip netns exec "$SRC" shaper stats --iface wg0 --ingress --json | tr -d ' \n' |
+	sed -n 's/.*"passed_unshaped":{\([^}]*\)}.*/\1/p' | tr ',' '\n' | awk -F: '{ s += $2 } END { print s + 0 }')
+shaper_stop
+ceiling=$(awk -v r="$INGRESS_MBIT" 'BEGIN { printf "%.2f", r * 1368 / 1420 }')
+log "wg0 --ingress-rate ${INGRESS_MBIT}mbit: download $down Mbit/s (ceiling $ceiling), $unshaped packets unshaped"
+echo "RESULT kernel=$(uname -r) dev=wg0 ingress_mbit=$INGRESS_MBIT download_mbit=$down ceiling_mbit=$ceiling unshaped_packets=$unshaped"
+awk -v d="$down" -v c="$ceiling" 'BEGIN { exit !(d <= c * 1.02 && d >= c * 0.9) }' ||
+	fail "wg0's ingress at ${INGRESS_MBIT}mbit: download $down Mbit/s, ceiling $ceiling"
+[ "$unshaped" -lt 10 ] || fail "wg0's ingress: $unshaped packets passed unshaped"
 
 # The ACK filter on the tunnel's uplink: a 4-connection download whose ACKs (52 bytes each on
 # the tunnel) are offered at more than the uplink carries (7 s with iperf3's warm-up).
