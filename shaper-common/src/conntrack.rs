@@ -24,9 +24,13 @@ pub struct ConntrackLayout {
     /// `union nf_inet_addr`).
     pub src_addr: u32,
     pub dst_addr: u32,
+    /// Not zero: the packets are the replies of connections whose addresses before NAT another
+    /// data path of this process records (`NAT_FLOWS`, shared): the ingress direction's IFB
+    /// gets them before conntrack sees them, and finds each by its 5-tuple reversed.
+    pub replies: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ConntrackLayout>() == 20);
+const _: () = assert!(core::mem::size_of::<ConntrackLayout>() == 24);
 
 // SAFETY: plain `#[repr(C)]` integers with no padding (asserted above).
 #[cfg(feature = "user")]
@@ -91,6 +95,7 @@ mod tests {
         tuple_stride: 56,
         src_addr: 0,
         dst_addr: 20,
+        replies: 0,
     };
 
     #[test]

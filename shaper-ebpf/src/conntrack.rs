@@ -34,6 +34,15 @@ static FLOWS: LruHashMap<FlowKey, BeforeNat> = LruHashMap::with_max_entries(NAT_
 #[inline(always)]
 pub fn before_nat(ctx: &TcContext, info: &mut PacketInfo) -> Option<()> {
     let layout = LAYOUT.get(0)?;
+    if layout.replies != 0 {
+        // A reply's 5-tuple reversed is its connection's as it left through NAT: the way back
+        // goes to the host it came from.
+        // SAFETY: a read-only lookup; the value is copied.
+        let found = *unsafe { FLOWS.get(&info.travel_key(true)) }?;
+        info.host_src = found.dst;
+        info.host_dst = found.src;
+        return Some(());
+    }
     if layout.skb_nfct == 0 {
         return None;
     }

@@ -185,6 +185,24 @@ impl Datapath {
         Ok((datapath, !carried.is_empty()))
     }
 
+    /// [`Datapath::load`] with maps another data path of this process pinned for it
+    /// ([`Datapath::pin_map`]) in place of new ones.
+    pub fn load_sharing(
+        state: &StateParams,
+        shared: &[(&'static str, std::path::PathBuf)],
+    ) -> Result<Self, BpfError> {
+        Self::load_with(state, shared)
+    }
+
+    /// Pins map `name` at `path`, for another data path to open ([`Datapath::load_sharing`]).
+    pub fn pin_map(&self, name: &'static str, path: &std::path::Path) -> Result<(), BpfError> {
+        let data = map_data(self.map(name)?).ok_or(BpfError::Missing(name))?;
+        data.pin(path).map_err(|source| BpfError::Pin {
+            name: name.to_string(),
+            source,
+        })
+    }
+
     /// Loads the object, the maps named in `pinned` opened from their pins rather than created.
     fn load_with(
         state: &StateParams,

@@ -4,9 +4,15 @@
 use shaper_common::conntrack::ConntrackLayout;
 use tracing::warn;
 
+use shaper_common::names::map_names;
+
 use crate::{
     bpf::{BpfError, Datapath},
+    config::StateParams,
+    handover,
     kernel_btf::{self, BtfError, KernelBtf},
+    link::Interface,
+    runtime,
 };
 
 /// The running kernel's layout: `nf_conn` from the kernel's own BTF where conntrack is built
@@ -27,7 +33,20 @@ pub fn layout() -> Result<ConntrackLayout, BtfError> {
 /// Tells the data path of `iface` to classify hosts by their addresses before NAT, or not.
 /// Where the kernel has no conntrack (the module not loaded), shaping goes on by the packets'
 /// own addresses, with a warning: a NAT rule loads the module, and a reload then finds it.
-pub fn apply(datapath: &mut Datapath, wanted: bool, iface: &str) -> Result<(), BpfError> {
+/// `replies`: the data path is the ingress direction's, which finds its packets' hosts in the
+/// egress direction's flows ([`load_replies_side`]).
+pub fn apply(
+    datapath: &mut Datapath,
+    wanted: bool,
+    replies: bool,
+    iface: &str,
+) -> Result<(), BpfError> {
+    if wanted && replies {
+        return datapath.set_conntrack(&ConntrackLayout {
+            replies: 1,
+            ..ConntrackLayout::default()
+        });
+    }
     let layout = if wanted {
         layout().unwrap_or_else(|e| {
             warn!(
@@ -40,4 +59,46 @@ pub fn apply(datapath: &mut Datapath, wanted: bool, iface: &str) -> Result<(), B
         ConntrackLayout::default()
     };
     datapath.set_conntrack(&layout)
+}
+
+/// Loads the ingress direction's data path with the egress direction's flows before NAT
+/// (`egress`'s `SHAPER_NAT_FLOWS`, handed over through a pin removed once opened): its IFB gets
+/// the replies before conntrack sees them. Without a bpffs to pin in, its own map (and with
+/// `--nat`, downloads are classified by the router's address), with a warning.
+pub fn load_replies_side(
+    egress: &Datapath,
+    iface: &Interface,
+    state: &StateParams,
+) -> Result<Datapath, BpfError> {
+    let shared = || -> anyhow::Result<std::path::PathBuf> {
+        handover::require_bpffs().map_err(|_| {
+            anyhow::anyhow!(
+                "no bpffs at {} to hand the map over through (mount -t bpf bpf {0}; in a \
+                 container, mount the host's /sys/fs/bpf)",
+                handover::bpffs().display()
+            )
+        })?;
+        let dir = handover::bpffs().join("shaper");
+        runtime::create_private_dir(&dir)?;
+        // No dot: bpffs keeps names with one for itself.
+        let path = dir.join(format!("{}-nat-flows", runtime::instance_name(iface)));
+        let _ = std::fs::remove_file(&path);
+        egress.pin_map(map_names::NAT_FLOWS, &path)?;
+        Ok(path)
+    };
+    match shared() {
+        Ok(path) => {
+            let datapath = Datapath::load_sharing(state, &[(map_names::NAT_FLOWS, path.clone())]);
+            let _ = std::fs::remove_file(&path);
+            datapath
+        }
+        Err(e) => {
+            warn!(
+                "{}: the ingress direction cannot share the egress direction's NAT flows ({e:#}): \
+                 with --nat, downloads are told apart by the packets' own addresses",
+                iface.name
+            );
+            Datapath::load(state)
+        }
+    }
 }

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::{
     config::Settings,
+    conntrack,
     deploy::{Context, Deployment, Handed, Part},
     filter::{Filter, Matcher},
     handover::{self, Leaving},
@@ -154,7 +155,10 @@ impl Part for Ingress {
             }
         })?;
         self.ifb = Some(ifb.clone());
-        self.deployment = Some(shape::apply(&self.settings, ifb.clone())?);
+        let egress = &*cx.datapath;
+        self.deployment = Some(shape::apply_with(&self.settings, ifb.clone(), |state| {
+            conntrack::load_replies_side(egress, &ifb, state)
+        })?);
         cx.ensure_clsact(self, |i| &mut i.state.clsact_added)?;
         add_redirect(cx.sock, cx.iface, &ifb)?;
         self.gro.apply(cx.sock, cx.iface);

@@ -371,6 +371,7 @@ pub fn conntrack_layout(
         tuple_stride: hash,
         src_addr: sized(conntrack, "nf_conntrack_tuple", &["src", "u3"], 16)?,
         dst_addr: sized(conntrack, "nf_conntrack_tuple", &["dst", "u3"], 16)?,
+        replies: 0,
     })
 }
 

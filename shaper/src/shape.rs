@@ -106,7 +106,12 @@ pub fn apply_with(
         link_header_bytes,
         largest_packet,
     ))?;
-    conntrack::apply(&mut datapath, settings.nat, &iface.name)?;
+    conntrack::apply(
+        &mut datapath,
+        settings.nat,
+        settings.behind_bottleneck,
+        &iface.name,
+    )?;
     // Before any packet meets it: the machine is one host from the first.
     own::apply(&mut datapath, &own::addresses(&mut sock)?, &iface.name)?;
 
@@ -395,7 +400,12 @@ impl Programs {
             )
         };
         cx.datapath.configure(&config)?;
-        conntrack::apply(cx.datapath, self.settings.nat, &cx.iface.name)?;
+        conntrack::apply(
+            cx.datapath,
+            self.settings.nat,
+            self.settings.behind_bottleneck,
+            &cx.iface.name,
+        )?;
         self.frame_bytes = frame_bytes;
         Ok(())
     }

@@ -15,13 +15,19 @@
 #            of each other (min/max), their sum within TOLERANCE % of CAKE's (of the ceiling
 #            where CAKE passed it: lib.sh's shortfall; see TOLERANCE), shaper's hosts are a and b (not the
 #            router), and every byte w0 sent was stamped or passed unshaped;
-#   without: shaper without --nat: a gets under half of b (the hosts are what --nat changes).
+#   without: shaper without --nat: a gets under half of b (the hosts are what --nat changes);
+#   down:    a's and b's downloads, CAKE `nat dual-dsthost` on an IFB for w0's ingress, then
+#            shaper --nat --ingress-rate: the same promises (min/max at MIN_MAX_DOWN), its
+#            ingress hosts a and b.
 # Prints one "RESULT ..." line per phase.
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
 RATE=${NAT_RATE_MBIT:-20}
 SECS=${E2E_SECONDS:-10}
 MIN_MAX=0.90
+# Downloads: CAKE's nat dual-dsthost on the IFB gives 0.81-0.83 here; shaper's lone connection
+# carries 90-95 % of its half (the same work conservation as below).
+MIN_MAX_DOWN=0.85
 # The hosts' identity is what this test promises. Two hosts, one of them a lone flow, carry
 # less than CAKE whether the router masquerades or only routes them: the host layer's work
 # conservation (issue 46; docs/benchmarks.md, "Behind a masquerading router"), not NAT. The
@@ -61,11 +67,12 @@ run server iperf3 -s -D -p 5301 >/dev/null
 run server iperf3 -s -D -p 5302 >/dev/null
 sleep 0.5
 
-# load: a's and b's uploads for SECS; prints their goodputs (Mbit/s), a's then b's.
+# load [-R]: a's and b's uploads (downloads with -R) for SECS; prints their goodputs
+# (Mbit/s), a's then b's.
 load() {
-	run lana iperf3 -c 10.78.0.2 -p 5301 -P 1 -t "$SECS" -O 1 --format m >/tmp/nat-a.out 2>&1 &
+	run lana iperf3 -c 10.78.0.2 -p 5301 -P 1 -t "$SECS" -O 1 --format m "$@" >/tmp/nat-a.out 2>&1 &
 	pa=$!
-	run lanb iperf3 -c 10.78.0.2 -p 5302 -P 8 -t "$SECS" -O 1 --format m >/tmp/nat-b.out 2>&1 &
+	run lanb iperf3 -c 10.78.0.2 -p 5302 -P 8 -t "$SECS" -O 1 --format m "$@" >/tmp/nat-b.out 2>&1 &
 	pb=$!
 	wait $pa $pb
 	a=$(receiver_mbit </tmp/nat-a.out)
@@ -122,6 +129,38 @@ awk -v s="$(spread "$without")" 'BEGIN { exit !(s < 0.5) }' ||
 	failed="$failed; without --nat a and b still shared ($without Mbit/s): the test does not tell NAT apart"
 log "shaper without --nat: a b = $without Mbit/s, min/max $(spread "$without")"
 result without "$without"
+
+# Downloads: the ingress direction, on an IFB that w0's ingress is redirected to, before
+# conntrack has seen the packets (their destination is still the router's).
+run "$ROUTER" ip link add ifb4cake type ifb && run "$ROUTER" ip link set ifb4cake up &&
+	run "$ROUTER" tc qdisc add dev w0 handle ffff: ingress &&
+	run "$ROUTER" tc filter add dev w0 parent ffff: matchall action mirred egress redirect dev ifb4cake &&
+	run "$ROUTER" tc qdisc replace dev ifb4cake root cake bandwidth "${RATE}mbit" besteffort raw nat dual-dsthost ingress ||
+	fail "CAKE nat dual-dsthost on an IFB for w0's ingress"
+cake_down=$(load -R)
+run "$ROUTER" tc qdisc del dev w0 ingress
+run "$ROUTER" ip link del ifb4cake
+cake_down_total=$(total "$cake_down")
+log "download, cake nat dual-dsthost: a b = $cake_down Mbit/s, min/max $(spread "$cake_down")"
+result cake-down "$cake_down"
+
+# The ingress direction finds the LAN hosts in the flows the egress direction records, a map
+# handed to it through bpffs, as a host or a DaemonSet mounting the host's /sys/fs/bpf has it.
+grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf || fail "mounting bpffs"
+SHAPER_NET_ONLY=1 shaper_start_in "$ROUTER" w0 --iface w0 --rate 1gbit --ingress-rate "${RATE}mbit" --nat
+got=$(load -R)
+s=$(spread "$got")
+t=$(total "$got")
+awk -v s="$s" -v m="$MIN_MAX_DOWN" 'BEGIN { exit !(s >= m) }' ||
+	failed="$failed; shaper --nat, download: a and b got $got Mbit/s, min/max $s below $MIN_MAX_DOWN (CAKE: $cake_down)"
+failed="$failed$(shortfall "shaper --nat, download: a and b together" "$t" "$cake_down_total" "$CEILING")"
+hosts=$(run "$ROUTER" shaper stats --iface w0 --ingress --hosts --top 100 --json)
+for h in 10.77.1.2 10.77.2.2; do
+	echo "$hosts" | grep -q "$h" || failed="$failed; shaper --nat, download: $h is not among its hosts: $hosts"
+done
+shaper_stop
+log "shaper --nat, download: a b = $got Mbit/s, min/max $s, together $t (CAKE $cake_down_total)"
+result shaper-down "$got"
 
 topology_down
 [ -z "$failed" ] || fail "${failed#; }"

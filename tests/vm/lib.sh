@@ -140,11 +140,18 @@ shaper_start() {
 	shaper_start_in "$SRC" s0 "$@"
 }
 
-# shaper_start_in NS IF ARGS...: the same in namespace NS, waiting for interface IF.
+# shaper_start_in NS IF ARGS...: the same in namespace NS, waiting for interface IF; with
+# SHAPER_NET_ONLY set, in NS's network only (bpffs as this shell sees it).
 shaper_start_in() {
 	start_ns=$1 start_dev=$2
 	shift 2
-	ip netns exec "$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
+	if [ -n "${SHAPER_NET_ONLY:-}" ]; then
+		# In the namespace's network only, with this shell's mounts (`ip netns exec` mounts
+		# /sys afresh, without bpffs).
+		nsenter --net=/run/netns/"$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
+	else
+		ip netns exec "$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
+	fi
 	SHAPER_PID=$!
 	# The ingress direction is set up after the egress.
 	start_ingress=
