@@ -16,7 +16,7 @@ RATE=${1:-20}
 SECONDS_PER_RUN=${E2E_SECONDS:-10}
 # The mark is 2; a lone connection beside a busier host carries under its half under
 # shaper, more so when the guest's CPU is short (WireGuard's crypto under emulation), as on any
-# device (design.md, Known problems): the suite judges at 5 until that is fixed.
+# device (design.md, Known problems): judged at 5 until that is fixed.
 TOLERANCE=${TOLERANCE:-5}
 
 pair_up

@@ -43,9 +43,6 @@ const VM_SCRIPTS: &[&[&str]] = &[
     &["tests/vm/e2e-nat.sh"],
     // `--framing`: DOCSIS, PTM and ATM counted as CAKE counts them, beside CAKE; set in place.
     &["tests/vm/e2e-framing.sh"],
-    // WireGuard and IP-in-IP tunnels (no link-layer header): rate and host fairness beside
-    // CAKE on the same device, and the ACK filter on the tunnel's uplink.
-    &["tests/vm/e2e-tunnels.sh"],
     &["tests/vm/e2e-ackfilter.sh"],
     // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
     // without it.
