@@ -115,12 +115,6 @@ impl core::fmt::Display for Framing {
     }
 }
 
-impl Default for Framing {
-    fn default() -> Self {
-        Self::RAW
-    }
-}
-
 /// A packet as the kernel hands it to the data path, for [`Framing::packet_bytes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet {

@@ -67,7 +67,8 @@ pub struct Ingress {
 /// taken over as the egress one is); otherwise what it set up is removed.
 pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()> {
     let stale = egress.take_stale_ingress();
-    let header = egress.iface().link_header_bytes(&mut Socket::open()?)?;
+    // The redirect hands the IFB packets as the interface received them.
+    let header = egress.datapath().config().link_header_bytes;
     let wanted = settings.for_ingress(&INGRESS_IFB.name(egress.iface()), header);
     let take_up = match (&stale, &wanted) {
         (Some(stale), Some(wanted)) => stale.ifb == wanted.iface && is_ifb(&stale.ifb)?,
@@ -214,7 +215,7 @@ impl Part for Ingress {
     /// The ingress rate's GRO limits, then the IFB's own deployment (`shape::change`).
     fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
         // `live::change` refuses adding or removing the direction.
-        let header = cx.iface.link_header_bytes(cx.sock)?;
+        let header = cx.datapath.config().link_header_bytes;
         let Some(ingress) = settings.for_ingress(&self.settings.iface, header) else {
             return Ok(());
         };

@@ -210,13 +210,8 @@ fn add_segmenter(deployment: &mut Deployment, settings: &Settings) {
     // The segmenter's IFB is an Ethernet device and its packets cross it as Ethernet frames: a
     // device that carries IP alone keeps TCP's lowered GSO limits only (forwarded super-packets
     // leave whole there).
-    let carries_ip_alone = || {
-        Socket::open()
-            .map_err(anyhow::Error::from)
-            .and_then(|mut sock| Ok(deployment.iface().link_header_bytes(&mut sock)?))
-            .is_ok_and(|bytes| bytes == 0)
-    };
-    let wanted = wanted.filter(|_| !carries_ip_alone());
+    let carries_ip_alone = deployment.datapath().config().link_header_bytes == 0;
+    let wanted = wanted.filter(|_| !carries_ip_alone);
     let Some(split_segs) = wanted else {
         if let Some(prior) = prior
             && let Err(e) = segmenter::clean_stale(deployment.iface(), &prior)

@@ -145,13 +145,11 @@ shaper_start() {
 shaper_start_in() {
 	start_ns=$1 start_dev=$2
 	shift 2
-	if [ -n "${SHAPER_NET_ONLY:-}" ]; then
-		# In the namespace's network only, with this shell's mounts (`ip netns exec` mounts
-		# /sys afresh, without bpffs).
-		nsenter --net=/run/netns/"$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
-	else
-		ip netns exec "$start_ns" $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
-	fi
+	# In the namespace's network only, with this shell's mounts, or as `ip netns exec`, which
+	# mounts /sys afresh, without bpffs.
+	enter="ip netns exec $start_ns"
+	[ -n "${SHAPER_NET_ONLY:-}" ] && enter="nsenter --net=/run/netns/$start_ns"
+	$enter $SHAPER_AS shaper run "$@" >/tmp/shaper.log 2>&1 &
 	SHAPER_PID=$!
 	# The ingress direction is set up after the egress.
 	start_ingress=
