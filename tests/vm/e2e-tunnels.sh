@@ -123,7 +123,7 @@ awk -v d="$down" -v c="$ceiling" 'BEGIN { exit !(d <= c * 1.02 && d >= c * 0.9) 
 
 # The ACK filter on the tunnel's uplink: a 4-connection download whose ACKs (52 bytes each on
 # the tunnel) are offered at more than the uplink carries (7 s with iperf3's warm-up).
-UPLINK_KBIT=100
+UPLINK_KBIT=50
 shaper_start_in "$SRC" wg0 --iface wg0 --rate "${UPLINK_KBIT}kbit" --ack-filter aggressive
 down=$(ip netns exec "$SRC" iperf3 -c 10.60.0.2 -R -t 6 -O 1 -P 4 --format k 2>&1 | receiver_mbit)
 filter=$(ip netns exec "$SRC" shaper stats --iface wg0 --json | tr -d ' \n' |
