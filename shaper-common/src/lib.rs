@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod ackfilter;
 pub mod aqm;
+pub mod autorate;
 pub mod branchless;
 pub mod calendar;
 pub mod cb;

@@ -43,15 +43,19 @@ pub enum PassReason {
     /// No host or flow entry could be had (map full beyond what LRU eviction frees), or a
     /// program of the data path could not be reached by its tail call.
     NoState = 3,
+    /// Autorate's own round-trip probes (`autorate::PROBE_PRIORITY`): they measure the link's
+    /// queue, not shaper's.
+    Probe = 4,
 }
 
 impl PassReason {
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
     pub const ALL: [Self; Self::COUNT] = [
         Self::NonIp,
         Self::Malformed,
         Self::Unconfigured,
         Self::NoState,
+        Self::Probe,
     ];
     pub const fn name(self) -> &'static str {
         match self {
@@ -59,6 +63,7 @@ impl PassReason {
             Self::Malformed => "malformed",
             Self::Unconfigured => "unconfigured",
             Self::NoState => "no_state",
+            Self::Probe => "probe",
         }
     }
 }

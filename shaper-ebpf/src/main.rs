@@ -37,6 +37,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     abi::ShaperConfig,
+    autorate,
     branchless,
     cb::{Slot, jump, rewrite},
     diffserv::MAX_TINS,
@@ -106,7 +107,11 @@ fn try_egress(ctx: &TcContext) -> Verdict {
         return stats::pass(stats, PassReason::Unconfigured);
     }
     // SAFETY: the context is a valid __sk_buff for the whole run.
-    if segment::wanted(unsafe { &*ctx.skb.skb }, config) {
+    let skb = unsafe { &*ctx.skb.skb };
+    if skb.priority == autorate::PROBE_PRIORITY {
+        return stats::pass(stats, PassReason::Probe);
+    }
+    if segment::wanted(skb, config) {
         // Its frames come back from the segmenter and are stamped then.
         stats.segmented += 1;
         return Verdict::Pass;

@@ -2,7 +2,7 @@
 //! line wins). Everything is validated here, before anything on the system is touched.
 
 use std::{
-    net::{Ipv4Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     path::Path,
 };
 
@@ -11,6 +11,7 @@ use shaper_common::{
     abi::ShaperConfig,
     ackfilter::{self, AckFilter},
     aqm::{self, AqmParams},
+    autorate,
     diffserv::Diffserv,
     edt,
     framing::{self, Framing, Keyword, Word},
@@ -50,6 +51,10 @@ pub mod defaults {
     /// The most hosts per direction the metrics endpoint may list: each is two series, and a
     /// scrape walks the hosts map; a dashboard's top list, not an inventory.
     pub const METRICS_TOP_HOSTS_MAX: u32 = 1_000;
+    /// Autorate's reflectors when none are named: anycast resolvers that answer ICMP echo from
+    /// a nearby site almost everywhere, run by three operators, so that one's trouble is
+    /// outvoted (a tick's delay is the least of its samples').
+    pub const AUTORATE_REFLECTORS: &[&str] = &["1.1.1.1", "8.8.8.8", "9.9.9.9", "1.0.0.1"];
 }
 
 /// Declares a struct whose fields are all `Option`s, and its `over`: each field from `self`
@@ -96,6 +101,25 @@ layered! {
         /// `ifb4<iface>`, with the same settings; the ACK filter stays on egress).
         #[arg(long)]
         pub ingress_rate: Option<String>,
+        /// Follow a link whose speed varies (LTE, 5G, satellite, busy cable): the egress rate
+        /// adapts within MIN..MAX (e.g. 10mbit..60mbit) to the delay the reflectors' round
+        /// trips show, cut when it rises, raised while the link is loaded and the delay low.
+        /// --rate is where it starts (default MAX).
+        #[arg(long, value_name = "MIN..MAX")]
+        pub autorate: Option<String>,
+        /// The same for the ingress direction (shaped as with --ingress-rate, which is then
+        /// where it starts; default MAX).
+        #[arg(long, value_name = "MIN..MAX")]
+        pub ingress_autorate: Option<String>,
+        /// Where autorate's round trips go: a few IPv4 or IPv6 addresses beyond the link that
+        /// answer ICMP echo, comma-separated (default: the public DNS resolvers 1.1.1.1,
+        /// 8.8.8.8, 9.9.9.9, 1.0.0.1).
+        #[arg(long, value_name = "ADDRS")]
+        pub autorate_reflectors: Option<String>,
+        /// The delay over the path's own round trip that autorate reads as the link queueing
+        /// (default 5ms); over a jittery link, raise it above the jitter.
+        #[arg(long, value_name = "DURATION")]
+        pub autorate_threshold: Option<String>,
         /// Departures scheduled further ahead than this are dropped (e.g. 2s, 500ms).
         #[arg(long)]
         pub horizon: Option<String>,
@@ -232,6 +256,27 @@ pub enum ConfigError {
         text: String,
         reason: rate::RateError,
     },
+    #[error("invalid {field} {text:?}: {reason}")]
+    Autorate {
+        /// `autorate` or `ingress-autorate`.
+        field: &'static str,
+        text: String,
+        reason: autorate::RangeError,
+    },
+    #[error("{field} {rate} lies outside {range}: start the rate within the autorate range")]
+    OutsideAutorate {
+        /// `rate` or `ingress-rate`.
+        field: &'static str,
+        rate: String,
+        range: autorate::Range,
+    },
+    #[error("invalid autorate reflector {0:?}: an IPv4 or IPv6 address")]
+    Reflector(String),
+    #[error("invalid autorate threshold {text:?}: {reason}")]
+    AutorateThreshold {
+        text: String,
+        reason: time::DurationError,
+    },
     #[error("invalid horizon {text:?}: {reason}")]
     Horizon {
         text: String,
@@ -281,6 +326,9 @@ impl ConfigError {
     pub fn field(&self) -> Option<&'static str> {
         Some(match self {
             Self::Rate { field, .. } => field,
+            Self::Autorate { field, .. } | Self::OutsideAutorate { field, .. } => field,
+            Self::Reflector(_) => "autorate-reflectors",
+            Self::AutorateThreshold { .. } => "autorate-threshold",
             Self::Horizon { .. } | Self::HorizonTooShort { .. } => "horizon",
             Self::Overhead(_) => "overhead",
             Self::Framing(_) => "framing",
@@ -432,6 +480,13 @@ pub struct Settings {
     /// egress settings' are read.
     pub metrics: Option<SocketAddr>,
     pub metrics_top_hosts: u32,
+    /// The rates autorate may set (`--autorate`; the ingress direction's: `--ingress-autorate`),
+    /// `rate_bps` its start; none: the rate is fixed.
+    pub autorate: Option<autorate::Range>,
+    /// Where autorate's round trips go, and the delay over their baseline that is the link
+    /// queueing. The interface's: only the egress settings' are read.
+    pub autorate_reflectors: Vec<IpAddr>,
+    pub autorate_threshold_ns: u64,
     /// The ingress direction (`--ingress-rate`): the same settings at that rate, shaped on an
     /// IFB device that the interface's incoming traffic is redirected to.
     pub ingress: Option<Box<Settings>>,
@@ -452,12 +507,32 @@ impl Settings {
     pub fn resolve_with(cli: Options, file: Options) -> Result<Self, ConfigError> {
         let given = cli.over(file);
         let iface = given.iface.ok_or(ConfigError::NoIface)?;
-        let rate_text = given.rate.ok_or(ConfigError::NoRate)?;
-        let rate_bps = parse_rate("rate", rate_text)?;
-        let ingress_rate_bps = given
-            .ingress_rate
-            .map(|text| parse_rate("ingress-rate", text))
-            .transpose()?;
+        let autorate = parse_autorate("autorate", given.autorate)?;
+        let ingress_autorate = parse_autorate("ingress-autorate", given.ingress_autorate)?;
+        let rate_bps = start_rate("rate", given.rate, autorate)?.ok_or(ConfigError::NoRate)?;
+        let ingress_rate_bps = start_rate("ingress-rate", given.ingress_rate, ingress_autorate)?;
+        let autorate_reflectors = match given.autorate_reflectors {
+            Some(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse().map_err(|_| ConfigError::Reflector(t.to_string())))
+                .collect::<Result<Vec<IpAddr>, _>>()?,
+            None => Vec::new(),
+        };
+        let autorate_reflectors = if autorate_reflectors.is_empty() {
+            defaults::AUTORATE_REFLECTORS
+                .iter()
+                .map(|a| a.parse().expect("a default reflector is an address"))
+                .collect()
+        } else {
+            autorate_reflectors
+        };
+        let autorate_threshold_ns = match given.autorate_threshold {
+            Some(text) => time::parse_duration_ns(&text)
+                .map_err(|reason| ConfigError::AutorateThreshold { text, reason })?,
+            None => autorate::DEFAULT_THRESHOLD_NS,
+        };
         let horizon_text = given
             .horizon
             .unwrap_or_else(|| defaults::HORIZON.to_string());
@@ -484,7 +559,13 @@ impl Settings {
             None => aqm::DEFAULT_RTT_NS,
         };
         let fq_given = given.fq.unwrap_or_default();
-        let fq = fq_params(rate_bps, rtt_ns, horizon_ns, &fq_given)?;
+        // fq holds what the direction's largest rate admits: autorate does not resize it.
+        let fq = fq_params(
+            autorate.map_or(rate_bps, |r| r.max_bps),
+            rtt_ns,
+            horizon_ns,
+            &fq_given,
+        )?;
         let ecn = given.ecn.unwrap_or(true);
         let split_gso = given.split_gso.unwrap_or(true);
         let diffserv = match given.diffserv {
@@ -570,12 +651,21 @@ impl Settings {
             ack_filter,
             metrics,
             metrics_top_hosts,
+            autorate,
+            autorate_reflectors,
+            autorate_threshold_ns,
             ingress: None,
         };
         let ingress = match ingress_rate_bps {
             Some(rate_bps) => Some(Box::new(Self {
                 rate_bps,
-                fq: fq_params(rate_bps, rtt_ns, horizon_ns, &fq_given)?,
+                autorate: ingress_autorate,
+                fq: fq_params(
+                    ingress_autorate.map_or(rate_bps, |r| r.max_bps),
+                    rtt_ns,
+                    horizon_ns,
+                    &fq_given,
+                )?,
                 // Filtering ACKs is for the direction that carries them out (the uplink).
                 ack_filter: AckFilter::Off,
                 behind_bottleneck: true,
@@ -651,11 +741,39 @@ impl Settings {
         }
     }
 
+    /// The rate the device's packet sizes are planned for (its GSO and GRO limits, the
+    /// segmenter): the least the direction may be shaped at, so that they fit every rate
+    /// autorate sets and stay as they are while it changes them.
+    pub fn sizing_rate_bps(&self) -> u64 {
+        self.autorate.map_or(self.rate_bps, |r| r.min_bps)
+    }
+
+    /// Whether `other` differs from `self` in its rates alone (each direction's), as autorate
+    /// changes them.
+    pub fn same_but_rates(&self, other: &Self) -> bool {
+        let ingress = match (&self.ingress, &other.ingress) {
+            (Some(a), Some(b)) => Some(Box::new(Self {
+                rate_bps: a.rate_bps,
+                ..(**b).clone()
+            })),
+            (_, b) => b.clone(),
+        };
+        *self
+            == Self {
+                rate_bps: self.rate_bps,
+                ingress,
+                ..other.clone()
+            }
+    }
+
     pub fn describe(&self) -> String {
         format!(
-            "{} at {}, {}{}, {}{}, rtt {} us{} (horizon {} ms, framing {})",
+            "{} at {}{}, {}{}, {}{}, rtt {} us{} (horizon {} ms, framing {})",
             self.iface,
             DisplayRate(self.rate_bps),
+            self.autorate
+                .map(|r| format!(" (autorate {r})"))
+                .unwrap_or_default(),
             self.isolation.name(),
             if self.nat { " nat" } else { "" },
             self.diffserv.name(),
@@ -665,6 +783,41 @@ impl Settings {
             self.horizon_ns / 1_000_000,
             self.framing
         )
+    }
+}
+
+fn parse_autorate(
+    field: &'static str,
+    text: Option<String>,
+) -> Result<Option<autorate::Range>, ConfigError> {
+    text.map(|text| {
+        text.parse().map_err(|reason| ConfigError::Autorate {
+            field,
+            text,
+            reason,
+        })
+    })
+    .transpose()
+}
+
+/// A direction's rate, or where its autorate starts: the rate given (within the range), else
+/// the range's maximum; none for a direction neither gives.
+fn start_rate(
+    field: &'static str,
+    text: Option<String>,
+    autorate: Option<autorate::Range>,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(text) = text else {
+        return Ok(autorate.map(|r| r.max_bps));
+    };
+    let bps = parse_rate(field, text.clone())?;
+    match autorate {
+        Some(r) if !(r.min_bps..=r.max_bps).contains(&bps) => Err(ConfigError::OutsideAutorate {
+            field,
+            rate: text,
+            range: r,
+        }),
+        _ => Ok(Some(bps)),
     }
 }
 

@@ -95,6 +95,8 @@ pub struct TickSummary {
     pub active_flows: f64,
     pub level_bps: u64,
     pub new_host_bps: u64,
+    /// What the active hosts carried (bits/s of wire rate), each over its sampling window.
+    pub carried_bps: f64,
 }
 
 /// A host in the data path's map, as the control loop follows it.
@@ -455,6 +457,7 @@ impl Controller {
             summary.active_hosts += samples.len();
             summary.bottlenecked_hosts += samples.iter().filter(|s| s.bottlenecked()).count();
             summary.active_flows += samples.iter().map(|s| s.active_flows).sum::<f64>();
+            summary.carried_bps += samples.iter().map(|s| s.rate_bps).sum::<f64>();
             if t == self.diffserv.tin_of(dscp::CS0) as usize {
                 summary.level_bps = plan.level_bps as u64;
                 summary.new_host_bps = plan.new_host_bps as u64;

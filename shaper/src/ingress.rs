@@ -85,7 +85,7 @@ pub fn start(settings: &Settings, egress: &mut Deployment) -> anyhow::Result<()>
     let gro = plan_limits::<GroLimits>(
         &mut Socket::open()?,
         egress.iface(),
-        settings.rate_bps,
+        settings.sizing_rate_bps(),
         settings.split_gso,
         stale.as_ref().and_then(|s| s.original_gro),
     );
@@ -220,7 +220,7 @@ impl Part for Ingress {
             return Ok(());
         };
         self.gro
-            .replan(cx.sock, cx.iface, ingress.rate_bps, ingress.split_gso);
+            .replan(cx.sock, cx.iface, ingress.sizing_rate_bps(), ingress.split_gso);
         cx.record(self)?;
         self.gro.apply(cx.sock, cx.iface);
         if let Some(deployment) = self.deployment.as_mut() {

@@ -1,6 +1,7 @@
 //! shaper: a CAKE-class traffic shaper built on eBPF. The BPF data path stamps each packet's
 //! Earliest Departure Time and `fq` releases it then; this library is the control plane.
 
+pub mod autorate;
 pub mod batch;
 pub mod bpf;
 pub mod cli;
@@ -32,6 +33,7 @@ pub mod priority;
 pub mod probe;
 pub mod qdisc;
 pub mod record;
+pub mod reflectors;
 pub mod reset;
 pub mod runtime;
 pub mod sampling;

@@ -232,7 +232,7 @@ impl Part for Segmenter {
 
     /// Applies a new rate's split (`link::GsoLimits::split_segs`) to the data path.
     fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
-        let split_segs = GsoLimits::split_segs(settings.rate_bps);
+        let split_segs = GsoLimits::split_segs(settings.sizing_rate_bps());
         if split_segs == self.split_segs {
             return Ok(());
         }

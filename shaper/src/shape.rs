@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use shaper_common::{abi::ShaperConfig, ackfilter::AckFilter, names::program_names};
 
@@ -78,7 +78,7 @@ pub fn apply_with(
     let gso = plan_limits::<GsoLimits>(
         &mut sock,
         &iface,
-        settings.rate_bps,
+        settings.sizing_rate_bps(),
         settings.split_gso,
         stale.as_ref().and_then(|s| s.original_gso),
     );
@@ -191,11 +191,17 @@ pub fn apply_with(
 /// Applies `settings` to a running deployment in place (`Deployment::change`); a segmenter
 /// that the new rate needs and the old one did not is started, as at start.
 pub fn change(deployment: &mut Deployment, settings: &Settings) -> anyhow::Result<()> {
+    // Autorate changes the rates ten times a second: those are its to log.
+    let rates_alone = deployment.settings().same_but_rates(settings);
     deployment.change(settings)?;
     if deployment.state().segmenter.is_none() {
         add_segmenter(deployment, settings);
     }
-    info!("now shaping {}", settings.describe());
+    if rates_alone {
+        debug!("now shaping {}", settings.describe());
+    } else {
+        info!("now shaping {}", settings.describe());
+    }
     Ok(())
 }
 
@@ -205,7 +211,7 @@ fn add_segmenter(deployment: &mut Deployment, settings: &Settings) {
     let prior = deployment.take_stale_segmenter();
     let wanted = settings
         .segmenter
-        .then(|| GsoLimits::split_segs(settings.rate_bps))
+        .then(|| GsoLimits::split_segs(settings.sizing_rate_bps()))
         .flatten();
     // The segmenter's IFB is an Ethernet device and its packets cross it as Ethernet frames: a
     // device that carries IP alone keeps TCP's lowered GSO limits only (forwarded super-packets
@@ -294,7 +300,7 @@ impl Part for Limits<GsoLimits> {
     }
 
     fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
-        self.replan(cx.sock, cx.iface, settings.rate_bps, settings.split_gso);
+        self.replan(cx.sock, cx.iface, settings.sizing_rate_bps(), settings.split_gso);
         cx.record(self)?;
         Limits::apply(self, cx.sock, cx.iface);
         Ok(())

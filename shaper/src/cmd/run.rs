@@ -28,11 +28,12 @@ use std::{
     time::Instant,
 };
 
-use shaper_common::rate::DisplayRate;
+use shaper_common::{autorate::Load, rate::DisplayRate};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
+    autorate::Autorate,
     bpf::MapReader,
     config::{Options, Settings},
     control::{self, Controller},
@@ -198,6 +199,8 @@ struct Shaped {
     control: ControlSocket,
     egress: Controller,
     ingress: Option<Controller>,
+    /// `--autorate`/`--ingress-autorate`: the rates follow the link.
+    autorate: Option<Autorate>,
     failed_checks: u32,
 }
 
@@ -827,9 +830,11 @@ fn shape_one(
     if let Some(ingress) = deployment.nested_mut() {
         maps.push((Direction::Ingress, Arc::new(ingress.datapath().reader()?)));
     }
+    let autorate = Autorate::start(settings, deployment.iface().ifindex)?;
     Ok(Shaped {
         egress: controller(&deployment)?,
         ingress: deployment.nested_mut().map(|i| controller(i)).transpose()?,
+        autorate,
         maps,
         deployment,
         source,
@@ -871,7 +876,15 @@ fn change(
     settings: &Settings,
     monitor: &Monitor,
 ) -> anyhow::Result<Vec<String>> {
+    // Where autorate has taken a rate and the change does not ask for another, it stays.
+    let applied = match &shaped.autorate {
+        Some(a) => a.overlay(settings),
+        None => settings.clone(),
+    };
+    let settings = &applied;
     let differences = live::change::differences(shaped.deployment.settings(), settings)?;
+    let ifindex = shaped.deployment.iface().ifindex;
+    shaped.autorate = Autorate::reconfigure(shaped.autorate.take(), settings, ifindex)?;
     if !differences.is_empty() {
         shape::change(&mut shaped.deployment, settings)
             .map_err(|e| e.context("applying the change failed part-way; run `shaper set` or `shaper reload` again, or restart"))?;
@@ -887,7 +900,7 @@ fn change(
     Ok(differences.iter().map(ToString::to_string).collect())
 }
 
-/// One step of each of `shaped`'s control loops.
+/// One step of each of `shaped`'s control loops, then of its autorate.
 fn control_ticks(shaped: &mut Shaped, monitor: &Monitor) {
     let Shaped {
         deployment,
@@ -896,20 +909,23 @@ fn control_ticks(shaped: &mut Shaped, monitor: &Monitor) {
         ..
     } = shaped;
     let name = deployment.iface().name.clone();
-    control_tick(&name, deployment, egress, Direction::Egress, monitor);
-    if let (Some(i), Some(c)) = (deployment.nested_mut(), ingress.as_mut()) {
-        control_tick(&name, i, c, Direction::Ingress, monitor);
-    }
+    let carried_egress = control_tick(&name, deployment, egress, Direction::Egress, monitor);
+    let carried_ingress = match (deployment.nested_mut(), ingress.as_mut()) {
+        (Some(i), Some(c)) => control_tick(&name, i, c, Direction::Ingress, monitor),
+        _ => None,
+    };
+    follow_autorate(shaped, carried_egress, carried_ingress, monitor);
 }
 
-/// One control loop step. A failed tick keeps the previous levels in force; the next retries.
+/// One control loop step; returns what the direction carried. A failed tick keeps the previous
+/// levels in force; the next retries.
 fn control_tick(
     interface: &str,
     deployment: &mut Deployment,
     controller: &mut Controller,
     direction: Direction,
     monitor: &Monitor,
-) {
+) -> Option<Load> {
     let started = Instant::now();
     let result = controller.tick(deployment.datapath_mut());
     monitor.ticked(
@@ -919,8 +935,58 @@ fn control_tick(
         started.elapsed(),
     );
     match result {
-        Ok(summary) => debug!(iface = %deployment.iface().name, ?summary, "tick"),
-        Err(e) => warn!("control loop on {}: {e}", deployment.iface().name),
+        // A tick skipped as too soon after the last (epoch 0) measured nothing.
+        Ok(summary) => {
+            debug!(iface = %deployment.iface().name, ?summary, "tick");
+            (summary.epoch != 0).then_some(Load {
+                carried_bps: summary.carried_bps,
+                backlogged: summary.bottlenecked_hosts > 0,
+            })
+        }
+        Err(e) => {
+            warn!("control loop on {}: {e}", deployment.iface().name);
+            None
+        }
+    }
+}
+
+/// Autorate's step after the control loops': its new rates applied in place, the control
+/// loops' policies with them.
+fn follow_autorate(
+    shaped: &mut Shaped,
+    carried_egress: Option<Load>,
+    carried_ingress: Option<Load>,
+    monitor: &Monitor,
+) {
+    let Some(autorate) = shaped.autorate.as_mut() else {
+        return;
+    };
+    let name = shaped.deployment.iface().name.clone();
+    let next = autorate.tick(
+        shaped.deployment.settings(),
+        carried_egress,
+        carried_ingress,
+    );
+    for way in [Direction::Egress, Direction::Ingress] {
+        if let Some(status) = autorate.status(way) {
+            monitor.autorate(&name, way, status);
+        }
+    }
+    let Some(next) = next else {
+        return;
+    };
+    // A failure leaves the rates as they were; the next tick tries again.
+    if let Err(e) = shape::change(&mut shaped.deployment, &next) {
+        warn!("{name}: autorate's new rate: {e:#}");
+        return;
+    }
+    shaped
+        .egress
+        .set_policy(next.rate_bps, next.isolation, next.diffserv);
+    monitor.rate(&name, Direction::Egress, next.rate_bps);
+    if let (Some(c), Some(i)) = (shaped.ingress.as_mut(), next.ingress.as_deref()) {
+        c.set_policy(i.rate_bps, i.isolation, i.diffserv);
+        monitor.rate(&name, Direction::Ingress, i.rate_bps);
     }
 }
 

@@ -2,7 +2,8 @@
 //! each difference can be applied in place: without re-installing the root qdisc or detaching
 //! the programs, so that fq keeps its packets.
 //!
-//! In place: everything the data path reads from its configuration map (rate, horizon,
+//! In place: autorate's ranges, reflectors and threshold; everything the data path reads from
+//! its configuration map (rate, horizon,
 //! framing, isolation, rtt, ecn, DiffServ, wash, fwmark, ACK filter, flow quota), the
 //! control loop's policy, fq's limits (`tc qdisc change`) and the GSO/GRO limits that follow
 //! the rate. Not in place, each for a reason it names: what sizes or keys the maps when they
@@ -12,7 +13,7 @@
 
 use std::fmt;
 
-use shaper_common::{framing::Framing, rate::DisplayRate};
+use shaper_common::{autorate, framing::Framing, rate::DisplayRate};
 
 use crate::config::Settings;
 
@@ -129,6 +130,28 @@ pub fn differences(old: &Settings, new: &Settings) -> Result<Vec<Difference>, Ne
             |r| r.as_ref().map_or("off".into(), rate),
         ),
     }
+    let range = |r: &Option<autorate::Range>| r.map_or("off".into(), |r| r.to_string());
+    d.live("autorate", &old.autorate, &new.autorate, range);
+    if let (Some(oi), Some(ni)) = (&old.ingress, &new.ingress) {
+        d.live("ingress-autorate", &oi.autorate, &ni.autorate, range);
+    }
+    d.live(
+        "autorate-reflectors",
+        &old.autorate_reflectors,
+        &new.autorate_reflectors,
+        |a| {
+            a.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        },
+    );
+    d.live(
+        "autorate-threshold",
+        &old.autorate_threshold_ns,
+        &new.autorate_threshold_ns,
+        duration,
+    );
     d.live("horizon", &old.horizon_ns, &new.horizon_ns, duration);
     d.live("framing", &old.framing, &new.framing, Framing::to_string);
     d.live("isolation", &old.isolation, &new.isolation, |i| {

@@ -14,6 +14,7 @@ use std::{
 
 use super::{Direction, histogram::Histogram};
 use crate::{
+    autorate,
     bpf::{self, BpfError, MapReader},
     control::TickSummary,
     record::State,
@@ -40,6 +41,8 @@ pub struct ControlSample {
     pub active_flows: f64,
     /// Tick durations (s).
     pub duration: Histogram,
+    /// Where autorate follows the direction, what it saw last.
+    pub autorate: Option<autorate::Status>,
 }
 
 impl Default for ControlSample {
@@ -51,6 +54,7 @@ impl Default for ControlSample {
             bottlenecked_hosts: 0,
             active_flows: 0.0,
             duration: Histogram::new(TICK_BUCKETS_S),
+            autorate: None,
         }
     }
 }
@@ -110,6 +114,12 @@ impl Shared {
         } else {
             None
         }
+    }
+
+    fn find(&mut self, interface: &str, direction: Direction) -> Option<&mut Published> {
+        self.directions
+            .iter_mut()
+            .find(|p| p.interface == interface && p.direction == direction)
     }
 
     /// The maps held for `interface`'s `direction`.
@@ -248,11 +258,7 @@ impl Monitor {
         took: Duration,
     ) {
         let mut shared = self.lock();
-        let Some(p) = shared
-            .directions
-            .iter_mut()
-            .find(|p| p.interface == interface && p.direction == direction)
-        else {
+        let Some(p) = shared.find(interface, direction) else {
             return;
         };
         let c = &mut p.control;
@@ -265,6 +271,20 @@ impl Monitor {
                 c.active_flows = s.active_flows;
             }
             None => c.failed_ticks += 1,
+        }
+    }
+
+    /// What autorate saw last on `interface`'s `direction`.
+    pub fn autorate(&self, interface: &str, direction: Direction, status: autorate::Status) {
+        if let Some(p) = self.lock().find(interface, direction) {
+            p.control.autorate = Some(status);
+        }
+    }
+
+    /// `interface`'s `direction` is shaped at `rate_bps` now (autorate changed it).
+    pub fn rate(&self, interface: &str, direction: Direction, rate_bps: u64) {
+        if let Some(p) = self.lock().find(interface, direction) {
+            p.state.rate_bps = rate_bps;
         }
     }
 

@@ -12,7 +12,10 @@ use super::{
     histogram::Histogram,
     status::{DirectionSample, Scrape},
 };
-use crate::stats::{HostRow, Report};
+use crate::{
+    autorate,
+    stats::{HostRow, Report},
+};
 
 /// The exposition format's media type (the `Content-Type` a scraper expects).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -368,6 +371,66 @@ fn labels<'a>(d: &'a DirectionSample, extra: &[(&'a str, &'a str)]) -> Vec<(&'a 
     .collect()
 }
 
+/// Autorate's families, for the directions it follows (none without `--autorate`); the rate
+/// it sets is `shaper_rate_bytes_per_second`.
+fn autorate_families(w: &mut Writer, scrape: &Scrape) {
+    type Of = fn(&autorate::Status) -> Option<Value>;
+    let families: [(&str, Kind, &str, Of); 6] = [
+        (
+            "shaper_autorate_min_rate_bytes_per_second",
+            Kind::Gauge,
+            "The least rate autorate may set (--autorate MIN..MAX).",
+            |s| Some(Value::Float(s.range.min_bps as f64 / 8.0)),
+        ),
+        (
+            "shaper_autorate_max_rate_bytes_per_second",
+            Kind::Gauge,
+            "The most rate autorate may set (--autorate MIN..MAX).",
+            |s| Some(Value::Float(s.range.max_bps as f64 / 8.0)),
+        ),
+        (
+            "shaper_autorate_delay_seconds",
+            Kind::Gauge,
+            "The last tick's round-trip delay over the reflectors' baseline: the link's queue (absent while no reflector answers).",
+            |s| s.delay_s.map(Value::Float),
+        ),
+        (
+            "shaper_autorate_baseline_seconds",
+            Kind::Gauge,
+            "The least baseline round trip among the reflectors: the path without a queue.",
+            |s| s.baseline_s.map(Value::Float),
+        ),
+        (
+            "shaper_autorate_cuts_total",
+            Kind::Counter,
+            "Times autorate cut the rate for a queue over its threshold.",
+            |s| Some(Value::Int(s.cuts)),
+        ),
+        (
+            "shaper_autorate_raises_total",
+            Kind::Counter,
+            "Times autorate raised the rate of a loaded direction whose delay stayed low.",
+            |s| Some(Value::Int(s.raises)),
+        ),
+    ];
+    let followed: Vec<(&DirectionSample, &autorate::Status)> = scrape
+        .directions
+        .iter()
+        .filter_map(|d| d.control.autorate.as_ref().map(|s| (d, s)))
+        .collect();
+    if followed.is_empty() {
+        return;
+    }
+    for (name, kind, help, value) in families {
+        w.family(name, kind, help);
+        for (d, status) in &followed {
+            if let Some(v) = value(status) {
+                w.sample(name, &labels(d, &[]), v);
+            }
+        }
+    }
+}
+
 /// The exposition of `scrape`.
 pub fn render(scrape: &Scrape) -> String {
     let mut w = Writer::default();
@@ -423,6 +486,7 @@ pub fn render(scrape: &Scrape) -> String {
             w.histogram(name, &labels(d, &[]), &histogram(d));
         }
     }
+    autorate_families(&mut w, scrape);
     if scrape.directions.iter().any(|d| !d.top_hosts.is_empty()) {
         type HostValue = fn(&HostRow) -> u64;
         let host_families: [(&str, &str, HostValue); 2] = [

@@ -186,3 +186,30 @@ fn as_measured(h: &mut Harness, frame: &[u8]) {
         0,
     ));
 }
+
+/// A new, lower rate (`shaper set --rate`, autorate) widens the calendar's bins: what the
+/// calendar remembers of where the bulk traffic books is a time, so that under the new width it
+/// is where it was, not a multiple of the machine's uptime ahead, beyond the horizon.
+#[test]
+fn a_lower_rate_with_wider_bins_keeps_departures_where_the_rate_puts_them() {
+    let fast = config(50_000_000, SECOND);
+    let slow = config(10_000_000, SECOND);
+    assert!(slow.calendar_bin_ns > 2 * fast.calendar_bin_ns);
+    let mut h = Harness::new(fast);
+    let frame = |host: u8| packet::tcp4_flow([10, 0, 0, host], [10, 0, 0, 100], 40000, 5201, 1514);
+    // Eight hosts' flows, each wanting to leave now: the later ones book behind the earlier
+    // ones' bins, several bins ahead.
+    for _ in 0..20 {
+        for host in 1..=8 {
+            stamped(&mut h, &frame(host));
+        }
+    }
+    h.datapath.configure(&slow).unwrap();
+    let now = monotonic_now_ns();
+    let out = h.run(&frame(1), &SkbContext::default());
+    assert_eq!(out.verdict, PASS, "dropped at the horizon");
+    // 160 frames (39 ms at 50 Mbit/s) were booked ahead; the new bins may round that up to a
+    // few of their widths.
+    let ahead = out.ctx.tstamp().saturating_sub(now);
+    assert!(ahead < SECOND / 5, "departs {} ms ahead", ahead / 1_000_000);
+}

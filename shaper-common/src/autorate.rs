@@ -1,0 +1,441 @@
+//! Autorate: the shaped rate of a link whose capacity varies (LTE, 5G, satellite, busy cable),
+//! chased from the delay it adds. The shaper is only the bottleneck while its rate lies below
+//! the link's: when the link slows under it, the queue moves into the modem, and the round trip
+//! grows. So each direction's rate is
+//!
+//! - cut, at once, to below what it carried, when the delay over the path's own (its baseline)
+//!   passes a threshold while the direction is busy;
+//! - raised, in growing steps, while the direction is loaded and the delay stays low: the link
+//!   may have grown;
+//! - held otherwise: an idle direction says nothing about the link.
+//!
+//! A round trip cannot tell which direction queued, so a bloated tick cuts every busy direction;
+//! a nearly idle one (the ACKs of the other's transfers) is not cut, as its queue cannot be the
+//! one that grew. Busy is not loaded: when the link slows under the shaper, what the direction
+//! carries falls to the link's rate, far under the shaper's.
+//!
+//! Pure decisions, tested on the host; the control plane feeds them delay samples and each
+//! direction's carried rate every tick (`shaper::autorate`).
+
+use core::{fmt, str::FromStr};
+
+use crate::rate::{self, DisplayRate, RateError};
+
+/// The `skb->priority` autorate's probes leave with (`SO_PRIORITY`): the data path passes them
+/// unshaped, so that their round trip is the link's queue and not shaper's own, which every
+/// packet of a bottlenecked host waits in up to the AQM's target. Read as a class id it is
+/// 5348:4150, which no qdisc of the interface has (fq has no classes).
+pub const PROBE_PRIORITY: u32 = 0x5348_4150;
+
+/// The rates a direction may take (`--autorate MIN..MAX`), bits per second of wire rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Range {
+    pub min_bps: u64,
+    pub max_bps: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeError {
+    /// Not two rates joined by `..`.
+    Form,
+    Rate(RateError),
+    /// The minimum lies above the maximum.
+    Reversed,
+}
+
+impl fmt::Display for RangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Form => f.write_str("expected MIN..MAX, two rates (e.g. 10mbit..60mbit)"),
+            Self::Rate(e) => write!(f, "{e}"),
+            Self::Reversed => f.write_str("the minimum is above the maximum"),
+        }
+    }
+}
+
+impl FromStr for Range {
+    type Err = RangeError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (min, max) = text.split_once("..").ok_or(RangeError::Form)?;
+        let parse = |t: &str| rate::parse_rate(t.trim()).map_err(RangeError::Rate);
+        let (min_bps, max_bps) = (parse(min)?, parse(max)?);
+        if min_bps > max_bps {
+            return Err(RangeError::Reversed);
+        }
+        Ok(Self { min_bps, max_bps })
+    }
+}
+
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", DisplayRate(self.min_bps), DisplayRate(self.max_bps))
+    }
+}
+
+impl Range {
+    pub fn clamp(&self, bps: f64) -> f64 {
+        bps.max(self.min_bps as f64).min(self.max_bps as f64)
+    }
+}
+
+/// Default delay over the baseline that counts as the link queueing: a few full frames at the
+/// lowest rates the ranges go to, well under what a user hears or a game feels. A jittery link
+/// (LTE, Wi-Fi backhaul) needs it raised over its jitter, or its jitter reads as a queue.
+pub const DEFAULT_THRESHOLD_NS: u64 = 5_000_000;
+
+/// A cut takes the rate to this fraction of what the direction carried (or of its rate, when it
+/// carried more), or lower for a deeper queue (see [`DRAIN_NS`]): below the link's rate, so
+/// that the queue the link built drains.
+const DECREASE: f64 = 0.9;
+
+/// A cut leaves the rate low enough that the queue it saw drains within this: a link that fell
+/// to less than half leaves a queue of hundreds of ms before the delay shows it, which a cut
+/// to 90 % drains at a tenth of the link's rate, in seconds. The queue's delay over this is the
+/// fraction the cut takes away, up to [`DEEPEST`].
+const DRAIN_NS: f64 = 500_000_000.0;
+const DEEPEST: f64 = 0.5;
+
+/// The raises of a run of loaded, calm ticks: the first by [`FIRST_RAISE`], each next one
+/// by twice the last, up to [`MOST_RAISE`]. A link just below where it was found is probed
+/// gently, a link that doubled is followed within a second or so: 1, 2, 4, 8, 8, ... % take
+/// 11 ticks to double.
+const FIRST_RAISE: f64 = 0.01;
+const MOST_RAISE: f64 = 0.08;
+
+/// A direction is loaded when shaper held its traffic back (its hosts waited on their flows'
+/// clocks), or it carried at least this fraction of its rate: shaper, not the link, is then
+/// the bottleneck, so a low delay says the link carries the rate, and more may be tried.
+/// Otherwise the link (or the senders) hold the traffic: a raise would only take the rate over
+/// the link's, with nothing to show it until the senders fill the link's queue.
+const LOADED: f64 = 0.9;
+
+/// A direction is busy when it carried at least this fraction of its rate: enough to have
+/// queued in a link that fell to a tenth of it.
+const BUSY: f64 = 0.1;
+
+/// A queue this many times the threshold is cut at once; a shallower one only when the tick
+/// before saw one too: a queue a few milliseconds over the threshold for a tick is as likely
+/// jitter on the path (a reflector's, a radio's) as the link, while a link that fell under
+/// the rate builds a queue that grows tick after tick.
+const AT_ONCE: u64 = 3;
+
+/// Ticks after a cut before the next cut: the cut takes a round trip or two to show in the
+/// delay, and cutting again meanwhile would cut for the same queue twice.
+const CUT_HOLD_TICKS: u32 = 3;
+
+/// Ticks after a cut before the rate may rise again: the queue it saw has drained (see
+/// [`DRAIN_NS`]).
+const RAISE_HOLD_TICKS: u32 = 5;
+
+/// How far the baseline follows a sample above it, per sample: a path that lengthened for good
+/// (a new route) is followed within half a minute at 40 samples a second, while a queue that
+/// lasts seconds moves it by a few percent only. A sample below it is the new baseline at
+/// once: nothing makes a path faster than it is.
+const BASELINE_RISE: f64 = 0.001;
+
+/// A reflector's round-trip baseline: the path's delay without the link's queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Baseline {
+    ns: Option<f64>,
+}
+
+impl Baseline {
+    /// Takes a round trip of `rtt_ns`; returns the delay it shows over the baseline.
+    pub fn sample(&mut self, rtt_ns: u64) -> u64 {
+        let rtt = rtt_ns as f64;
+        let base = match self.ns {
+            Some(b) if rtt > b => b + (rtt - b) * BASELINE_RISE,
+            _ => rtt,
+        };
+        self.ns = Some(base);
+        (rtt - base).max(0.0) as u64
+    }
+
+    pub fn ns(&self) -> Option<u64> {
+        self.ns.map(|b| b as u64)
+    }
+}
+
+/// What a tick's delay samples said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delay {
+    /// No reflector answered during the tick.
+    Unknown,
+    /// The least delay over the baseline among the tick's samples: every sample saw at least
+    /// this much queue, so one late answer (a reflector's own hiccup) does not count as bloat.
+    Over(u64),
+}
+
+impl Delay {
+    /// The tick's verdict from its samples' delays over their baselines.
+    pub fn of(samples: impl IntoIterator<Item = u64>) -> Self {
+        samples.into_iter().min().map_or(Self::Unknown, Self::Over)
+    }
+}
+
+/// What a direction's tick did to its rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Held,
+    Raised,
+    Cut,
+}
+
+/// One direction's rate and the holds that pace its changes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Direction {
+    pub range: Range,
+    rate_bps: f64,
+    cut_hold: u32,
+    raise_hold: u32,
+    /// The next raise's fraction (the run of raises so far doubles it).
+    raise: f64,
+    /// The last tick saw a queue.
+    was_bloated: bool,
+}
+
+/// What a direction carried in a tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Bits per second of wire rate.
+    pub carried_bps: f64,
+    /// Some of its traffic waited on shaper (a host's flows on their clocks).
+    pub backlogged: bool,
+}
+
+impl Direction {
+    /// A direction starting at `start_bps` (clamped to `range`).
+    pub fn new(range: Range, start_bps: u64) -> Self {
+        Self {
+            range,
+            rate_bps: range.clamp(start_bps as f64),
+            cut_hold: 0,
+            raise_hold: 0,
+            raise: FIRST_RAISE,
+            was_bloated: false,
+        }
+    }
+
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps as u64
+    }
+
+    /// A new range (clamping the rate into it) and, when given, a rate to go on from (a
+    /// user's `shaper set --rate`).
+    pub fn reconfigure(&mut self, range: Range, rate_bps: Option<u64>) {
+        self.range = range;
+        self.rate_bps = range.clamp(rate_bps.map_or(self.rate_bps, |r| r as f64));
+    }
+
+    /// One tick: `load` is what the direction carried during it, `delay` what the reflectors
+    /// said.
+    pub fn tick(&mut self, load: Load, delay: Delay, threshold_ns: u64) -> Step {
+        self.cut_hold = self.cut_hold.saturating_sub(1);
+        self.raise_hold = self.raise_hold.saturating_sub(1);
+        let carried = load.carried_bps;
+        let loaded = load.backlogged || carried >= self.rate_bps * LOADED;
+        let busy = carried >= self.rate_bps * BUSY;
+        let queue_ns = match delay {
+            Delay::Over(ns) if ns > threshold_ns => Some(ns),
+            _ => None,
+        };
+        let calm = matches!(delay, Delay::Over(ns) if ns <= threshold_ns);
+        let was_bloated = core::mem::replace(&mut self.was_bloated, queue_ns.is_some());
+        if queue_ns.is_some() || !busy {
+            // A run of raises is of a loaded link that kept its delay: the next starts gently.
+            self.raise = FIRST_RAISE;
+        }
+        if let Some(queue_ns) = queue_ns
+            && busy
+            && self.cut_hold == 0
+            && (was_bloated || queue_ns >= AT_ONCE * threshold_ns)
+        {
+            let factor = (1.0 - queue_ns as f64 / DRAIN_NS).clamp(DEEPEST, DECREASE);
+            let next = self.range.clamp(carried.min(self.rate_bps) * factor);
+            self.cut_hold = CUT_HOLD_TICKS;
+            self.raise_hold = RAISE_HOLD_TICKS;
+            if next < self.rate_bps {
+                self.rate_bps = next;
+                return Step::Cut;
+            }
+            return Step::Held;
+        }
+        if calm && loaded && self.raise_hold == 0 {
+            let next = self.range.clamp(self.rate_bps * (1.0 + self.raise));
+            self.raise = (self.raise * 2.0).min(MOST_RAISE);
+            if next > self.rate_bps {
+                self.rate_bps = next;
+                return Step::Raised;
+            }
+        }
+        Step::Held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: f64 = 1e6;
+
+    /// A load that did not wait on shaper: its only sign is what it carried.
+    fn carrying(carried_bps: f64) -> Load {
+        Load {
+            carried_bps,
+            backlogged: false,
+        }
+    }
+
+    fn range(min: u64, max: u64) -> Range {
+        Range {
+            min_bps: min * 1_000_000,
+            max_bps: max * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn ranges_read_as_two_rates() {
+        assert_eq!("10mbit..60mbit".parse::<Range>(), Ok(range(10, 60)));
+        assert_eq!(" 500kbit .. 1gbit".parse::<Range>().unwrap().min_bps, 500_000);
+        assert_eq!("60mbit..10mbit".parse::<Range>(), Err(RangeError::Reversed));
+        assert_eq!("60mbit".parse::<Range>(), Err(RangeError::Form));
+        assert!(matches!("x..1mbit".parse::<Range>(), Err(RangeError::Rate(_))));
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(range(10, 60).to_string(), "10Mbit..60Mbit");
+    }
+
+    #[test]
+    fn the_baseline_is_the_least_round_trip_and_follows_a_longer_path_slowly() {
+        let mut b = Baseline::default();
+        assert_eq!(b.sample(20_000_000), 0);
+        assert_eq!(b.sample(18_000_000), 0);
+        // A queue of 30 ms shows whole, and barely moves the baseline.
+        let over = b.sample(48_000_000);
+        assert!((29_900_000..=30_000_000).contains(&over), "{over}");
+        // A path 10 ms longer for good: after 30 s at 40 samples/s the baseline is most of
+        // the way there, so that the delay it shows is under the default threshold.
+        let mut over = 0;
+        for _ in 0..1200 {
+            over = b.sample(28_000_000);
+        }
+        assert!(over < DEFAULT_THRESHOLD_NS, "{over}");
+    }
+
+    #[test]
+    fn a_tick_is_bloated_only_when_every_sample_saw_the_queue() {
+        assert_eq!(Delay::of([]), Delay::Unknown);
+        assert_eq!(Delay::of([9_000_000, 1_000_000]), Delay::Over(1_000_000));
+    }
+
+    #[test]
+    fn bloat_while_loaded_cuts_below_what_was_carried_then_waits() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 50_000_000);
+        // The link went down to 20: 50 offered, 21 carried, a queue of 30 ms: 10 % under.
+        assert_eq!(d.tick(carrying(21.0 * M), Delay::Over(30_000_000), t), Step::Cut);
+        assert_eq!(d.rate_bps(), 18_900_000);
+        // The queue drains over the next ticks: no second cut for the same queue.
+        assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(20_000_000), t), Step::Held);
+        assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(10_000_000), t), Step::Held);
+        // Calm again, but the queue may not have drained yet: no raise yet.
+        for _ in 0..2 {
+            assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(1_000_000), t), Step::Held);
+        }
+        // Then gently: 1 %, 2 %, 4 %.
+        for expected in [19_089_000, 19_470_780, 20_249_611] {
+            assert_eq!(d.tick(carrying(d.rate_bps as f64), Delay::Over(0), t), Step::Raised);
+            assert_eq!(d.rate_bps(), expected);
+        }
+    }
+
+    #[test]
+    fn a_shallow_queue_is_cut_only_when_it_lasts_two_ticks() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 40_000_000);
+        let shallow = Delay::Over(2 * t);
+        // Jitter for a tick: nothing.
+        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Held);
+        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(0), t), Step::Held);
+        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Held);
+        // A queue that stays: cut.
+        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Cut);
+        // Deep at once: cut at once.
+        let mut d = Direction::new(range(10, 60), 40_000_000);
+        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(3 * t), t), Step::Cut);
+    }
+
+    #[test]
+    fn a_direction_backlogged_in_shaper_is_loaded_whatever_it_carried() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 40_000_000);
+        let backlogged = Load {
+            carried_bps: 30.0 * M,
+            backlogged: true,
+        };
+        assert_eq!(d.tick(backlogged, Delay::Over(0), t), Step::Raised);
+        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(0), t), Step::Held);
+    }
+
+    #[test]
+    fn a_deep_queue_is_cut_to_drain_within_half_a_second() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 50_000_000);
+        // 200 ms of queue: 40 % under what was carried.
+        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(200_000_000), t), Step::Cut);
+        assert_eq!(d.rate_bps(), 18_000_000);
+        // A queue of seconds: half, no deeper.
+        let mut d = Direction::new(range(1, 60), 50_000_000);
+        d.tick(carrying(30.0 * M), Delay::Over(3_000_000_000), t);
+        assert_eq!(d.rate_bps(), 15_000_000);
+    }
+
+    #[test]
+    fn a_loaded_calm_link_is_probed_upward_to_double_within_two_seconds() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 20_000_000);
+        let mut ticks = 0;
+        while d.rate_bps() < 40_000_000 {
+            let carried = d.rate_bps as f64 * 0.95;
+            assert_eq!(d.tick(carrying(carried), Delay::Over(0), t), Step::Raised);
+            ticks += 1;
+        }
+        assert!(ticks <= 12, "{ticks} ticks");
+        // Up to the maximum, not past it.
+        for _ in 0..100 {
+            d.tick(carrying(d.rate_bps as f64), Delay::Over(0), t);
+        }
+        assert_eq!(d.rate_bps(), 60_000_000);
+    }
+
+    #[test]
+    fn an_idle_or_unanswered_direction_holds_its_rate() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 30_000_000);
+        // Bloat the other direction caused: this one carried its ACKs, its queue is not it.
+        assert_eq!(d.tick(carrying(1.0 * M), Delay::Over(50_000_000), t), Step::Held);
+        // Carrying under its rate and calm: nothing says the link could carry more.
+        assert_eq!(d.tick(carrying(20.0 * M), Delay::Over(0), t), Step::Held);
+        assert_eq!(d.tick(carrying(30.0 * M), Delay::Unknown, t), Step::Held);
+        assert_eq!(d.rate_bps(), 30_000_000);
+    }
+
+    #[test]
+    fn cuts_stop_at_the_minimum_and_set_rates_are_clamped() {
+        let t = DEFAULT_THRESHOLD_NS;
+        let mut d = Direction::new(range(10, 60), 11_000_000);
+        assert_eq!(d.tick(carrying(11.0 * M), Delay::Over(50_000_000), t), Step::Cut);
+        assert_eq!(d.rate_bps(), 10_000_000);
+        for _ in 0..3 {
+            d.tick(carrying(10.0 * M), Delay::Over(50_000_000), t);
+        }
+        assert_eq!(d.tick(carrying(10.0 * M), Delay::Over(50_000_000), t), Step::Held);
+        assert_eq!(d.rate_bps(), 10_000_000);
+        d.reconfigure(range(10, 60), Some(100_000_000));
+        assert_eq!(d.rate_bps(), 60_000_000);
+        d.reconfigure(range(20, 30), None);
+        assert_eq!(d.rate_bps(), 30_000_000);
+        assert_eq!(Direction::new(range(10, 60), 1).rate_bps(), 10_000_000);
+    }
+}

@@ -1,0 +1,192 @@
+#!/bin/sh
+# End to end: `--autorate` on a link whose rate changes under it. A client uploads through a
+# router whose uplink (a bloated modem: a token bucket with a deep buffer, RTT 30 ms) steps
+# 50 -> 20 -> 40 Mbit/s, a phase each. The client shapes its own uplink, in turn:
+#   shaper --autorate MIN..MAX with the server as its reflector;
+#   CAKE at 50 Mbit/s (right for the first phase: bloats when the link drops);
+#   CAKE at 20 Mbit/s (right for the second: wastes the rest).
+# Each runs the same load (4 TCP uploads, pings every 100 ms) through the same schedule, in
+# the same boot. Promises, each with its figures when broken:
+#   - shaper's rate (`shaper stats`, every 250 ms) settles within SETTLE s of each step: from
+#     then to the phase's end it stays within BAND_LOW..BAND_HIGH of the link's rate;
+#   - the pings' p99 under shaper is within DELAY_MS of the idle path's median;
+#   - shaper's goodput in each phase is at least GOODPUT of what the phase's rate allows (TCP's
+#     ceiling at the link's rate).
+# The CAKE runs are the reference: printed, and held to nothing but running.
+#
+# Usage: e2e-autorate.sh [PHASE_SECONDS]   (default 15)
+# Prints one "RESULT ..." line per run for the record.
+here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
+
+PHASE=${1:-15}
+STEPS="50 20 40"
+RANGE=10mbit..60mbit
+SETTLE=2
+BAND_LOW=0.70
+BAND_HIGH=1.15
+DELAY_MS=15
+GOODPUT=0.80
+FLOWS=4
+# The modem's buffer: 250 ms at the first phase's rate, what a cable modem ships with.
+BUFFER=1600000
+NSES="cli rtr srv"
+OUT=${SHAPER_OUT:-/tmp/autorate}
+mkdir -p "$OUT"
+
+namespaces_up
+ip link add c0 netns cli type veth peer name r0 netns rtr
+ip link add r1 netns rtr type veth peer name s1 netns srv
+ip -n cli addr add 10.80.1.2/24 dev c0
+ip -n rtr addr add 10.80.1.1/24 dev r0
+ip -n rtr addr add 10.80.2.1/24 dev r1
+ip -n srv addr add 10.80.2.2/24 dev s1
+for l in "cli c0" "rtr r0" "rtr r1" "srv s1"; do
+	set -- $l
+	ip -n "$1" link set "$2" up
+done
+ip -n cli route add default via 10.80.1.1
+ip -n srv route add default via 10.80.2.1
+run rtr sysctl -qw net.ipv4.ip_forward=1
+# The path: 15 ms each way; the uplink's modem a token bucket under the delay.
+run rtr tc qdisc add dev r0 root netem delay 15ms limit 100000
+run rtr tc qdisc add dev r1 root handle 1: netem delay 15ms limit 100000
+modem() {
+	run rtr tc qdisc "$1" dev r1 parent 1:1 handle 2: tbf rate "$2mbit" burst 62500 limit "$BUFFER"
+}
+modem add 50
+# The uploads are iperf3's reverse mode from the server's side, so that its per-second
+# reports are the receiver's: what crossed the link, not what the client queued.
+run cli iperf3 -s -D >/dev/null
+sleep 0.3
+original=$(run cli tc qdisc show dev c0 | sed 's/ refcnt [0-9]*//' | sort)
+
+idle=$(run cli ping -c 20 -i 0.1 10.80.2.2 | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
+	awk '{ v[NR] = $1 } END { print v[int(NR / 2) + 1] }')
+[ -n "$idle" ] || fail "the path does not answer pings"
+echo "== idle RTT median $idle ms" >&2
+
+# load NAME: the schedule under the load; leaves $OUT/NAME.{iperf,ping,rates}.
+load() {
+	modem change 50
+	total=$((PHASE * 3))
+	run srv iperf3 -c 10.80.1.2 -R -t "$total" -P "$FLOWS" -i 1 --format k >"$OUT/$1.iperf" 2>&1 &
+	iperf=$!
+	run cli ping -i 0.1 -c $((total * 10 - 10)) 10.80.2.2 >"$OUT/$1.ping" 2>&1 &
+	pinger=$!
+	: >"$OUT/$1.rates"
+	start=$(now_ms)
+	(
+		sleep "$PHASE"
+		modem change 20
+		sleep "$PHASE"
+		modem change 40
+	) &
+	schedule=$!
+	if [ "$1" = shaper ]; then
+		while kill -0 "$iperf" 2>/dev/null; do
+			r=$(run cli shaper stats --iface c0 --json 2>/dev/null | json_num rate_bps)
+			[ -n "$r" ] && echo "$(($(now_ms) - start)) $r" >>"$OUT/$1.rates"
+			sleep 0.25
+		done
+	fi
+	wait "$iperf" || fail "$1: iperf3: $(tail -5 "$OUT/$1.iperf")"
+	wait "$pinger"
+	wait "$schedule"
+}
+
+# phase_goodput NAME I: the mean of the receiver's per-second sums over phase I's seconds
+# (1-based phases), the step's settling included: what the phase carried, Mbit/s.
+phase_goodput() {
+	awk -v p="$PHASE" -v i="$2" '
+		/\[SUM\]/ && /sec/ && !/sender|receiver/ {
+			split($2, t, "-"); s = t[1] + 0
+			if (s >= (i - 1) * p && s < i * p) {
+				for (k = 1; k <= NF; k++) {
+					if ($k == "Kbits/sec") { sum += $(k - 1) / 1000; n++ }
+					if ($k == "Mbits/sec") { sum += $(k - 1); n++ }
+				}
+			}
+		}
+		END { printf "%.2f\n", (n ? sum / n : 0) }' "$OUT/$1.iperf"
+}
+
+# p99 NAME: the pings' 99th percentile, ms.
+p99() {
+	sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' "$OUT/$1.ping" | sort -n |
+		awk '{ v[NR] = $1 } END { i = int(NR * 0.99 + 0.5); if (i < 1) i = 1; print v[i] }'
+}
+
+# settled PHASE_INDEX LINK_MBIT: "SECONDS MIN MAX": when shaper's rate entered the band around
+# LINK_MBIT for good after the phase's step (seconds after it; -1: never), and its least and
+# most rate (Mbit/s) from then to the phase's end.
+settled() {
+	awk -v p="$PHASE" -v i="$1" -v link="$2" -v lo="$BAND_LOW" -v hi="$BAND_HIGH" '
+		{ t = $1 / 1000; r = $2 / 1e6 }
+		t >= (i - 1) * p && t < i * p {
+			n++; at[n] = t; rate[n] = r
+		}
+		END {
+			since = -1
+			for (k = n; k >= 1; k--) {
+				if (rate[k] < link * lo || rate[k] > link * hi) break
+				since = k
+			}
+			if (since < 0) { print -1, 0, 0; exit }
+			mn = 1e9; mx = 0
+			for (k = since; k <= n; k++) { if (rate[k] < mn) mn = rate[k]; if (rate[k] > mx) mx = rate[k] }
+			printf "%.2f %.2f %.2f\n", at[since] - (i - 1) * p, mn, mx
+		}' "$OUT/shaper.rates"
+}
+
+problems=
+report() {
+	name=$1
+	line="RESULT autorate $name idle=${idle}ms p99=$(p99 "$name")ms"
+	i=1
+	for link in $STEPS; do
+		line="$line phase$i(${link}mbit)=$(phase_goodput "$name" $i)"
+		i=$((i + 1))
+	done
+	echo "$line"
+}
+
+# shaper
+shaper_start_in cli c0 --iface c0 --rate 50mbit --autorate "$RANGE" --autorate-reflectors 10.80.2.2
+grep -q "autorate from round trips to 10.80.2.2" /tmp/shaper.log ||
+	fail "shaper did not report its autorate: $(cat /tmp/shaper.log)"
+load shaper
+run cli shaper stats --iface c0 >"$OUT/shaper.stats" 2>&1
+shaper_stop
+cp /tmp/shaper.log "$OUT/shaper.log"
+[ "$(run cli tc qdisc show dev c0 | sed 's/ refcnt [0-9]*//' | sort)" = "$original" ] ||
+	fail "qdisc not restored after shaper"
+grep -c "autorate egress: cut" /tmp/shaper.log | sed 's/^/== cuts logged: /' >&2
+report shaper
+i=1
+for link in $STEPS; do
+	set -- $(settled $i "$link")
+	echo "RESULT autorate shaper phase$i(${link}mbit) settled_after=${1}s rate=${2}..${3}"
+	if [ "$i" -gt 1 ]; then
+		awk -v s="$1" -v m="$SETTLE" 'BEGIN { exit !(s < 0 || s > m) }' &&
+			problems="$problems; phase $i: the rate did not settle within ${SETTLE}s into ${BAND_LOW}..${BAND_HIGH} x ${link} Mbit/s (settled after $1 s)"
+	fi
+	got=$(phase_goodput shaper $i)
+	want=$(awk -v l="$link" -v g="$GOODPUT" 'BEGIN { printf "%.2f", l * 1448 / 1514 * g }')
+	awk -v a="$got" -v b="$want" 'BEGIN { exit !(a < b) }' &&
+		problems="$problems; phase $i: goodput $got Mbit/s under $want ($GOODPUT of the ${link} Mbit/s link)"
+	i=$((i + 1))
+done
+shaper_p99=$(p99 shaper)
+awk -v p="$shaper_p99" -v i="$idle" -v d="$DELAY_MS" 'BEGIN { exit !(p > i + d) }' &&
+	problems="$problems; ping p99 $shaper_p99 ms more than $DELAY_MS ms over the idle $idle ms"
+
+# CAKE fixed at the first phase's rate, then at the second's.
+for fixed in 50 20; do
+	run cli tc qdisc replace dev c0 root cake bandwidth "${fixed}mbit" besteffort
+	load "cake$fixed"
+	run cli tc qdisc del dev c0 root
+	report "cake$fixed"
+done
+
+[ -z "$problems" ] || fail "autorate${problems}"
+echo "PASS e2e-autorate"
