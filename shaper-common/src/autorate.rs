@@ -3,8 +3,9 @@
 //! the link's: when the link slows under it, the queue moves into the modem, and the round trip
 //! grows. So each direction's rate is
 //!
-//! - cut, at once, to below what it carried, when the delay over the path's own (its baseline)
-//!   passes a threshold while the direction is busy;
+//! - cut when the delay over the path's own (its baseline) passes a threshold while the
+//!   direction is busy: at once to below what it carried when the queue is deep, by a tenth
+//!   when a shallow one lasts;
 //! - raised, in growing steps, while the direction is loaded and the delay stays low: the link
 //!   may have grown;
 //! - held otherwise: an idle direction says nothing about the link.
@@ -97,28 +98,33 @@ const DRAIN_NS: f64 = 500_000_000.0;
 const DEEPEST: f64 = 0.5;
 
 /// The raises of a run of loaded, calm ticks: the first by [`FIRST_RAISE`], each next one
-/// by twice the last, up to [`MOST_RAISE`]. A link just below where it was found is probed
-/// gently, a link that doubled is followed within a second or so: 1, 2, 4, 8, 8, ... % take
-/// 11 ticks to double.
+/// by twice the last, up to [`MOST_RAISE`]; the run starts again where the rate passes what
+/// the link carried when it last queued (its ceiling), and the raise that would pass it stops
+/// there. So the rate goes back to the link's last known rate quickly, probes past it gently
+/// (a link that has not grown queues a few percent over it, not a quarter), and a link that
+/// doubled is followed within a second or so: 1, 2, 4, 8, 8, ... % take 11 ticks to double.
 const FIRST_RAISE: f64 = 0.01;
 const MOST_RAISE: f64 = 0.08;
 
-/// A direction is loaded when shaper held its traffic back (its hosts waited on their flows'
-/// clocks), or it carried at least this fraction of its rate: shaper, not the link, is then
-/// the bottleneck, so a low delay says the link carries the rate, and more may be tried.
-/// Otherwise the link (or the senders) hold the traffic: a raise would only take the rate over
-/// the link's, with nothing to show it until the senders fill the link's queue.
+/// A direction is loaded when it carried at least this fraction of its rate: shaper, not the
+/// link, is then the bottleneck, so a low delay says the link carries the rate, and more may
+/// be tried. Otherwise the link (or the senders) hold the traffic: a raise would only take the
+/// rate over the link's, with nothing to show it until the senders fill the link's queue.
+/// (Whether its flows waited on their clocks says less: TCP's bursts wait on them whoever is
+/// the bottleneck.)
 const LOADED: f64 = 0.9;
 
 /// A direction is busy when it carried at least this fraction of its rate: enough to have
 /// queued in a link that fell to a tenth of it.
 const BUSY: f64 = 0.1;
 
-/// A queue this many times the threshold is cut at once; a shallower one only when the tick
-/// before saw one too: a queue a few milliseconds over the threshold for a tick is as likely
-/// jitter on the path (a reflector's, a radio's) as the link, while a link that fell under
-/// the rate builds a queue that grows tick after tick.
-const AT_ONCE: u64 = 3;
+/// A queue this many times the threshold is deep: the link fell well under the rate, and
+/// what the direction carried is the best measure of it, so the cut is from that, at once. A
+/// shallower queue is cut only when the tick before saw one too (for a tick it is as likely
+/// jitter on the path, a reflector's or a radio's), and from the rate: the senders may not
+/// have filled the link (a slow start overshooting into its buffer), and a cut to what they
+/// carried would leave the link idle.
+const DEEP: u64 = 3;
 
 /// Ticks after a cut before the next cut: the cut takes a round trip or two to show in the
 /// delay, and cutting again meanwhile would cut for the same queue twice.
@@ -162,15 +168,21 @@ impl Baseline {
 pub enum Delay {
     /// No reflector answered during the tick.
     Unknown,
-    /// The least delay over the baseline among the tick's samples: every sample saw at least
-    /// this much queue, so one late answer (a reflector's own hiccup) does not count as bloat.
+    /// The lower median of the tick's samples' delays over their baselines: half of them saw
+    /// at least this much queue, so one late answer (a reflector's own hiccup) is not read as
+    /// the link's, nor one early answer as its queue gone (a link's queue under TCP rises and
+    /// falls within a tick as its senders lose and recover).
     Over(u64),
 }
 
 impl Delay {
-    /// The tick's verdict from its samples' delays over their baselines.
-    pub fn of(samples: impl IntoIterator<Item = u64>) -> Self {
-        samples.into_iter().min().map_or(Self::Unknown, Self::Over)
+    /// The tick's verdict from its samples' delays over their baselines (reordered).
+    pub fn of(samples: &mut [u64]) -> Self {
+        samples.sort_unstable();
+        match samples.len() {
+            0 => Self::Unknown,
+            n => Self::Over(samples[(n - 1) / 2]),
+        }
     }
 }
 
@@ -193,16 +205,10 @@ pub struct Direction {
     raise: f64,
     /// The last tick saw a queue.
     was_bloated: bool,
+    /// What the direction carried when the link last queued (0: never).
+    ceiling_bps: f64,
 }
 
-/// What a direction carried in a tick.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Load {
-    /// Bits per second of wire rate.
-    pub carried_bps: f64,
-    /// Some of its traffic waited on shaper (a host's flows on their clocks).
-    pub backlogged: bool,
-}
 
 impl Direction {
     /// A direction starting at `start_bps` (clamped to `range`).
@@ -214,6 +220,7 @@ impl Direction {
             raise_hold: 0,
             raise: FIRST_RAISE,
             was_bloated: false,
+            ceiling_bps: 0.0,
         }
     }
 
@@ -228,13 +235,13 @@ impl Direction {
         self.rate_bps = range.clamp(rate_bps.map_or(self.rate_bps, |r| r as f64));
     }
 
-    /// One tick: `load` is what the direction carried during it, `delay` what the reflectors
-    /// said.
-    pub fn tick(&mut self, load: Load, delay: Delay, threshold_ns: u64) -> Step {
+    /// One tick: `carried_bps` is what the direction carried during it (wire rate), `delay`
+    /// what the reflectors said.
+    pub fn tick(&mut self, carried_bps: f64, delay: Delay, threshold_ns: u64) -> Step {
         self.cut_hold = self.cut_hold.saturating_sub(1);
         self.raise_hold = self.raise_hold.saturating_sub(1);
-        let carried = load.carried_bps;
-        let loaded = load.backlogged || carried >= self.rate_bps * LOADED;
+        let carried = carried_bps;
+        let loaded = carried >= self.rate_bps * LOADED;
         let busy = carried >= self.rate_bps * BUSY;
         let queue_ns = match delay {
             Delay::Over(ns) if ns > threshold_ns => Some(ns),
@@ -249,10 +256,17 @@ impl Direction {
         if let Some(queue_ns) = queue_ns
             && busy
             && self.cut_hold == 0
-            && (was_bloated || queue_ns >= AT_ONCE * threshold_ns)
+            && (was_bloated || queue_ns >= DEEP * threshold_ns)
         {
             let factor = (1.0 - queue_ns as f64 / DRAIN_NS).clamp(DEEPEST, DECREASE);
-            let next = self.range.clamp(carried.min(self.rate_bps) * factor);
+            let carried = carried.min(self.rate_bps);
+            self.ceiling_bps = carried;
+            let from = if queue_ns >= DEEP * threshold_ns {
+                carried
+            } else {
+                self.rate_bps
+            };
+            let next = self.range.clamp(from * factor);
             self.cut_hold = CUT_HOLD_TICKS;
             self.raise_hold = RAISE_HOLD_TICKS;
             if next < self.rate_bps {
@@ -262,8 +276,13 @@ impl Direction {
             return Step::Held;
         }
         if calm && loaded && self.raise_hold == 0 {
-            let next = self.range.clamp(self.rate_bps * (1.0 + self.raise));
+            let mut next = self.rate_bps * (1.0 + self.raise);
             self.raise = (self.raise * 2.0).min(MOST_RAISE);
+            if self.rate_bps < self.ceiling_bps && next > self.ceiling_bps {
+                next = self.ceiling_bps;
+                self.raise = FIRST_RAISE;
+            }
+            let next = self.range.clamp(next);
             if next > self.rate_bps {
                 self.rate_bps = next;
                 return Step::Raised;
@@ -278,14 +297,6 @@ mod tests {
     use super::*;
 
     const M: f64 = 1e6;
-
-    /// A load that did not wait on shaper: its only sign is what it carried.
-    fn carrying(carried_bps: f64) -> Load {
-        Load {
-            carried_bps,
-            backlogged: false,
-        }
-    }
 
     fn range(min: u64, max: u64) -> Range {
         Range {
@@ -324,9 +335,12 @@ mod tests {
     }
 
     #[test]
-    fn a_tick_is_bloated_only_when_every_sample_saw_the_queue() {
-        assert_eq!(Delay::of([]), Delay::Unknown);
-        assert_eq!(Delay::of([9_000_000, 1_000_000]), Delay::Over(1_000_000));
+    fn a_tick_is_bloated_when_half_its_samples_saw_the_queue() {
+        assert_eq!(Delay::of(&mut []), Delay::Unknown);
+        assert_eq!(Delay::of(&mut [9_000_000, 1_000_000]), Delay::Over(1_000_000));
+        assert_eq!(Delay::of(&mut [9, 1, 8, 2]), Delay::Over(2));
+        assert_eq!(Delay::of(&mut [9, 1, 8, 7]), Delay::Over(7));
+        assert_eq!(Delay::of(&mut [9, 1, 8]), Delay::Over(8));
     }
 
     #[test]
@@ -334,18 +348,18 @@ mod tests {
         let t = DEFAULT_THRESHOLD_NS;
         let mut d = Direction::new(range(10, 60), 50_000_000);
         // The link went down to 20: 50 offered, 21 carried, a queue of 30 ms: 10 % under.
-        assert_eq!(d.tick(carrying(21.0 * M), Delay::Over(30_000_000), t), Step::Cut);
+        assert_eq!(d.tick(21.0 * M, Delay::Over(30_000_000), t), Step::Cut);
         assert_eq!(d.rate_bps(), 18_900_000);
         // The queue drains over the next ticks: no second cut for the same queue.
-        assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(20_000_000), t), Step::Held);
-        assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(10_000_000), t), Step::Held);
+        assert_eq!(d.tick(18.9 * M, Delay::Over(20_000_000), t), Step::Held);
+        assert_eq!(d.tick(18.9 * M, Delay::Over(10_000_000), t), Step::Held);
         // Calm again, but the queue may not have drained yet: no raise yet.
         for _ in 0..2 {
-            assert_eq!(d.tick(carrying(18.9 * M), Delay::Over(1_000_000), t), Step::Held);
+            assert_eq!(d.tick(18.9 * M, Delay::Over(1_000_000), t), Step::Held);
         }
         // Then gently: 1 %, 2 %, 4 %.
         for expected in [19_089_000, 19_470_780, 20_249_611] {
-            assert_eq!(d.tick(carrying(d.rate_bps as f64), Delay::Over(0), t), Step::Raised);
+            assert_eq!(d.tick(d.rate_bps as f64, Delay::Over(0), t), Step::Raised);
             assert_eq!(d.rate_bps(), expected);
         }
     }
@@ -356,26 +370,40 @@ mod tests {
         let mut d = Direction::new(range(10, 60), 40_000_000);
         let shallow = Delay::Over(2 * t);
         // Jitter for a tick: nothing.
-        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Held);
-        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(0), t), Step::Held);
-        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Held);
-        // A queue that stays: cut.
-        assert_eq!(d.tick(carrying(39.0 * M), shallow, t), Step::Cut);
+        assert_eq!(d.tick(39.0 * M, shallow, t), Step::Held);
+        assert_eq!(d.tick(30.0 * M, Delay::Over(0), t), Step::Held);
+        assert_eq!(d.tick(39.0 * M, shallow, t), Step::Held);
+        // A queue that stays: cut by a tenth of the rate, not to what was carried (the
+        // senders may not have filled the link).
+        assert_eq!(d.tick(30.0 * M, shallow, t), Step::Cut);
+        assert_eq!(d.rate_bps(), 36_000_000);
         // Deep at once: cut at once.
         let mut d = Direction::new(range(10, 60), 40_000_000);
-        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(3 * t), t), Step::Cut);
+        assert_eq!(d.tick(30.0 * M, Delay::Over(3 * t), t), Step::Cut);
     }
 
     #[test]
-    fn a_direction_backlogged_in_shaper_is_loaded_whatever_it_carried() {
+    fn raises_stop_at_the_links_last_ceiling_then_start_gently_past_it() {
         let t = DEFAULT_THRESHOLD_NS;
-        let mut d = Direction::new(range(10, 60), 40_000_000);
-        let backlogged = Load {
-            carried_bps: 30.0 * M,
-            backlogged: true,
-        };
-        assert_eq!(d.tick(backlogged, Delay::Over(0), t), Step::Raised);
-        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(0), t), Step::Held);
+        let mut d = Direction::new(range(10, 60), 30_000_000);
+        // The link queued while carrying 20: cut to 18, its ceiling 20.
+        d.tick(20.0 * M, Delay::Over(50_000_000), t);
+        assert_eq!(d.rate_bps(), 18_000_000);
+        let mut rates = [0u64; 8];
+        for r in &mut rates {
+            d.tick(d.rate_bps as f64, Delay::Over(0), t);
+            *r = d.rate_bps();
+        }
+        // Held for the drain, then 1, 2, 4 %, stopped at 20, then 1, 2 % past it.
+        assert_eq!(
+            rates,
+            [
+                18_000_000, 18_000_000, 18_000_000, 18_000_000, 18_180_000, 18_543_600,
+                19_285_344, 20_000_000
+            ]
+        );
+        d.tick(d.rate_bps as f64, Delay::Over(0), t);
+        assert_eq!(d.rate_bps(), 20_200_000);
     }
 
     #[test]
@@ -383,11 +411,11 @@ mod tests {
         let t = DEFAULT_THRESHOLD_NS;
         let mut d = Direction::new(range(10, 60), 50_000_000);
         // 200 ms of queue: 40 % under what was carried.
-        assert_eq!(d.tick(carrying(30.0 * M), Delay::Over(200_000_000), t), Step::Cut);
+        assert_eq!(d.tick(30.0 * M, Delay::Over(200_000_000), t), Step::Cut);
         assert_eq!(d.rate_bps(), 18_000_000);
         // A queue of seconds: half, no deeper.
         let mut d = Direction::new(range(1, 60), 50_000_000);
-        d.tick(carrying(30.0 * M), Delay::Over(3_000_000_000), t);
+        d.tick(30.0 * M, Delay::Over(3_000_000_000), t);
         assert_eq!(d.rate_bps(), 15_000_000);
     }
 
@@ -398,13 +426,13 @@ mod tests {
         let mut ticks = 0;
         while d.rate_bps() < 40_000_000 {
             let carried = d.rate_bps as f64 * 0.95;
-            assert_eq!(d.tick(carrying(carried), Delay::Over(0), t), Step::Raised);
+            assert_eq!(d.tick(carried, Delay::Over(0), t), Step::Raised);
             ticks += 1;
         }
         assert!(ticks <= 12, "{ticks} ticks");
         // Up to the maximum, not past it.
         for _ in 0..100 {
-            d.tick(carrying(d.rate_bps as f64), Delay::Over(0), t);
+            d.tick(d.rate_bps as f64, Delay::Over(0), t);
         }
         assert_eq!(d.rate_bps(), 60_000_000);
     }
@@ -414,10 +442,10 @@ mod tests {
         let t = DEFAULT_THRESHOLD_NS;
         let mut d = Direction::new(range(10, 60), 30_000_000);
         // Bloat the other direction caused: this one carried its ACKs, its queue is not it.
-        assert_eq!(d.tick(carrying(1.0 * M), Delay::Over(50_000_000), t), Step::Held);
+        assert_eq!(d.tick(1.0 * M, Delay::Over(50_000_000), t), Step::Held);
         // Carrying under its rate and calm: nothing says the link could carry more.
-        assert_eq!(d.tick(carrying(20.0 * M), Delay::Over(0), t), Step::Held);
-        assert_eq!(d.tick(carrying(30.0 * M), Delay::Unknown, t), Step::Held);
+        assert_eq!(d.tick(20.0 * M, Delay::Over(0), t), Step::Held);
+        assert_eq!(d.tick(30.0 * M, Delay::Unknown, t), Step::Held);
         assert_eq!(d.rate_bps(), 30_000_000);
     }
 
@@ -425,12 +453,12 @@ mod tests {
     fn cuts_stop_at_the_minimum_and_set_rates_are_clamped() {
         let t = DEFAULT_THRESHOLD_NS;
         let mut d = Direction::new(range(10, 60), 11_000_000);
-        assert_eq!(d.tick(carrying(11.0 * M), Delay::Over(50_000_000), t), Step::Cut);
+        assert_eq!(d.tick(11.0 * M, Delay::Over(50_000_000), t), Step::Cut);
         assert_eq!(d.rate_bps(), 10_000_000);
         for _ in 0..3 {
-            d.tick(carrying(10.0 * M), Delay::Over(50_000_000), t);
+            d.tick(10.0 * M, Delay::Over(50_000_000), t);
         }
-        assert_eq!(d.tick(carrying(10.0 * M), Delay::Over(50_000_000), t), Step::Held);
+        assert_eq!(d.tick(10.0 * M, Delay::Over(50_000_000), t), Step::Held);
         assert_eq!(d.rate_bps(), 10_000_000);
         d.reconfigure(range(10, 60), Some(100_000_000));
         assert_eq!(d.rate_bps(), 60_000_000);

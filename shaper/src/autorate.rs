@@ -10,7 +10,7 @@
 use std::{collections::HashMap, net::IpAddr};
 
 use shaper_common::{
-    autorate::{Baseline, Delay, Direction, Load, Range, Step},
+    autorate::{Baseline, Delay, Direction, Range, Step},
     rate::DisplayRate,
 };
 use tracing::{debug, info, warn};
@@ -160,15 +160,15 @@ impl Autorate {
         s
     }
 
-    /// One tick: `carried_*` is what each direction carried during it (`None` when its control
-    /// loop has nothing to say). Returns `running` at the new rates when either changed.
+    /// One tick: `carried_*` is what each direction carried during it (bits/s; `None` when its
+    /// control loop has nothing to say). Returns `running` at the new rates when either changed.
     pub fn tick(
         &mut self,
         running: &Settings,
-        carried_egress: Option<Load>,
-        carried_ingress: Option<Load>,
+        carried_egress: Option<f64>,
+        carried_ingress: Option<f64>,
     ) -> Option<Settings> {
-        let delays: Vec<u64> = self
+        let mut delays: Vec<u64> = self
             .prober
             .take()
             .into_iter()
@@ -177,7 +177,7 @@ impl Autorate {
                 self.baselines.entry(s.reflector).or_default().sample(rtt_ns)
             })
             .collect();
-        let delay = Delay::of(delays);
+        let delay = Delay::of(&mut delays);
         self.last_delay_ns = match delay {
             Delay::Over(ns) => Some(ns),
             Delay::Unknown => None,
@@ -222,7 +222,7 @@ impl Autorate {
                         "{iface}: autorate {}: cut to {} (carried {}, a queue of {:.1} ms)",
                         f.way.name(),
                         DisplayRate(now),
-                        DisplayRate(carried.carried_bps as u64),
+                        DisplayRate(carried as u64),
                         self.last_delay_ns.unwrap_or(0) as f64 / 1e6
                     );
                 }

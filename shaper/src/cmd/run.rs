@@ -28,7 +28,7 @@ use std::{
     time::Instant,
 };
 
-use shaper_common::{autorate::Load, rate::DisplayRate};
+use shaper_common::rate::DisplayRate;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
@@ -925,7 +925,7 @@ fn control_tick(
     controller: &mut Controller,
     direction: Direction,
     monitor: &Monitor,
-) -> Option<Load> {
+) -> Option<f64> {
     let started = Instant::now();
     let result = controller.tick(deployment.datapath_mut());
     monitor.ticked(
@@ -938,10 +938,7 @@ fn control_tick(
         // A tick skipped as too soon after the last (epoch 0) measured nothing.
         Ok(summary) => {
             debug!(iface = %deployment.iface().name, ?summary, "tick");
-            (summary.epoch != 0).then_some(Load {
-                carried_bps: summary.carried_bps,
-                backlogged: summary.bottlenecked_hosts > 0,
-            })
+            (summary.epoch != 0).then_some(summary.carried_bps)
         }
         Err(e) => {
             warn!("control loop on {}: {e}", deployment.iface().name);
@@ -954,8 +951,8 @@ fn control_tick(
 /// loops' policies with them.
 fn follow_autorate(
     shaped: &mut Shaped,
-    carried_egress: Option<Load>,
-    carried_ingress: Option<Load>,
+    carried_egress: Option<f64>,
+    carried_ingress: Option<f64>,
     monitor: &Monitor,
 ) {
     let Some(autorate) = shaped.autorate.as_mut() else {
