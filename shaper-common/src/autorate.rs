@@ -93,9 +93,11 @@ const DECREASE: f64 = 0.9;
 /// A cut leaves the rate low enough that the queue it saw drains within this: a link that fell
 /// to less than half leaves a queue of hundreds of ms before the delay shows it, which a cut
 /// to 90 % drains at a tenth of the link's rate, in seconds. The queue's delay over this is the
-/// fraction the cut takes away, up to [`DEEPEST`].
-const DRAIN_NS: f64 = 500_000_000.0;
-const DEEPEST: f64 = 0.5;
+/// fraction the cut takes away, up to [`DEEPEST`]: deeper, the senders' windows, sized for the
+/// link's old queue, overflow shaper's own flow limits at the new rate, and the drops that
+/// follow stall them for seconds.
+const DRAIN_NS: f64 = 1_000_000_000.0;
+const DEEPEST: f64 = 0.7;
 
 /// The raises of a run of loaded, calm ticks: the first by [`FIRST_RAISE`], each next one
 /// by twice the last, up to [`MOST_RAISE`]; the run starts again where the rate passes what
@@ -129,6 +131,10 @@ const DEEP: u64 = 3;
 /// Ticks after a cut before the next cut: the cut takes a round trip or two to show in the
 /// delay, and cutting again meanwhile would cut for the same queue twice.
 const CUT_HOLD_TICKS: u32 = 3;
+
+/// Ticks after a cut during which the next cut needs a deeper queue than the cut was for: the
+/// queue drains over [`DRAIN_NS`], and one that has not grown is the same queue, draining.
+const DRAIN_TICKS: u32 = 10;
 
 /// Ticks after a cut before the rate may rise again: the queue it saw has drained (see
 /// [`DRAIN_NS`]).
@@ -207,6 +213,9 @@ pub struct Direction {
     was_bloated: bool,
     /// What the direction carried when the link last queued (0: never).
     ceiling_bps: f64,
+    /// The queue the last cut was for, and ticks since it.
+    cut_for_ns: u64,
+    since_cut: u32,
 }
 
 
@@ -221,6 +230,8 @@ impl Direction {
             raise: FIRST_RAISE,
             was_bloated: false,
             ceiling_bps: 0.0,
+            cut_for_ns: 0,
+            since_cut: u32::MAX,
         }
     }
 
@@ -240,6 +251,7 @@ impl Direction {
     pub fn tick(&mut self, carried_bps: f64, delay: Delay, threshold_ns: u64) -> Step {
         self.cut_hold = self.cut_hold.saturating_sub(1);
         self.raise_hold = self.raise_hold.saturating_sub(1);
+        self.since_cut = self.since_cut.saturating_add(1);
         let carried = carried_bps;
         let loaded = carried >= self.rate_bps * LOADED;
         let busy = carried >= self.rate_bps * BUSY;
@@ -256,8 +268,11 @@ impl Direction {
         if let Some(queue_ns) = queue_ns
             && busy
             && self.cut_hold == 0
+            && (self.since_cut > DRAIN_TICKS || queue_ns > self.cut_for_ns)
             && (was_bloated || queue_ns >= DEEP * threshold_ns)
         {
+            self.cut_for_ns = queue_ns;
+            self.since_cut = 0;
             let factor = (1.0 - queue_ns as f64 / DRAIN_NS).clamp(DEEPEST, DECREASE);
             let carried = carried.min(self.rate_bps);
             self.ceiling_bps = carried;
@@ -407,16 +422,24 @@ mod tests {
     }
 
     #[test]
-    fn a_deep_queue_is_cut_to_drain_within_half_a_second() {
+    fn a_deep_queue_is_cut_to_drain_within_a_second_and_cut_again_only_if_it_grows() {
         let t = DEFAULT_THRESHOLD_NS;
         let mut d = Direction::new(range(10, 60), 50_000_000);
-        // 200 ms of queue: 40 % under what was carried.
+        // 200 ms of queue: 20 % under what was carried.
         assert_eq!(d.tick(30.0 * M, Delay::Over(200_000_000), t), Step::Cut);
-        assert_eq!(d.rate_bps(), 18_000_000);
-        // A queue of seconds: half, no deeper.
+        assert_eq!(d.rate_bps(), 24_000_000);
+        // Draining: the same queue, or less, is not cut for again.
+        for _ in 0..4 {
+            d.tick(24.0 * M, Delay::Over(150_000_000), t);
+        }
+        assert_eq!(d.rate_bps(), 24_000_000);
+        // Growing: the link fell further.
+        assert_eq!(d.tick(22.0 * M, Delay::Over(250_000_000), t), Step::Cut);
+        assert_eq!(d.rate_bps(), 16_500_000);
+        // A queue of seconds: 30 % under, no deeper.
         let mut d = Direction::new(range(1, 60), 50_000_000);
         d.tick(30.0 * M, Delay::Over(3_000_000_000), t);
-        assert_eq!(d.rate_bps(), 15_000_000);
+        assert_eq!(d.rate_bps(), 21_000_000);
     }
 
     #[test]
