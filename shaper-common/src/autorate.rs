@@ -70,7 +70,12 @@ impl FromStr for Range {
 
 impl fmt::Display for Range {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}..{}", DisplayRate(self.min_bps), DisplayRate(self.max_bps))
+        write!(
+            f,
+            "{}..{}",
+            DisplayRate(self.min_bps),
+            DisplayRate(self.max_bps)
+        )
     }
 }
 
@@ -218,7 +223,6 @@ pub struct Direction {
     since_cut: u32,
 }
 
-
 impl Direction {
     /// A direction starting at `start_bps` (clamped to `range`).
     pub fn new(range: Range, start_bps: u64) -> Self {
@@ -323,10 +327,16 @@ mod tests {
     #[test]
     fn ranges_read_as_two_rates() {
         assert_eq!("10mbit..60mbit".parse::<Range>(), Ok(range(10, 60)));
-        assert_eq!(" 500kbit .. 1gbit".parse::<Range>().unwrap().min_bps, 500_000);
+        assert_eq!(
+            " 500kbit .. 1gbit".parse::<Range>().unwrap().min_bps,
+            500_000
+        );
         assert_eq!("60mbit..10mbit".parse::<Range>(), Err(RangeError::Reversed));
         assert_eq!("60mbit".parse::<Range>(), Err(RangeError::Form));
-        assert!(matches!("x..1mbit".parse::<Range>(), Err(RangeError::Rate(_))));
+        assert!(matches!(
+            "x..1mbit".parse::<Range>(),
+            Err(RangeError::Rate(_))
+        ));
         extern crate std;
         use std::string::ToString;
         assert_eq!(range(10, 60).to_string(), "10Mbit..60Mbit");
@@ -352,7 +362,10 @@ mod tests {
     #[test]
     fn a_tick_is_bloated_when_half_its_samples_saw_the_queue() {
         assert_eq!(Delay::of(&mut []), Delay::Unknown);
-        assert_eq!(Delay::of(&mut [9_000_000, 1_000_000]), Delay::Over(1_000_000));
+        assert_eq!(
+            Delay::of(&mut [9_000_000, 1_000_000]),
+            Delay::Over(1_000_000)
+        );
         assert_eq!(Delay::of(&mut [9, 1, 8, 2]), Delay::Over(2));
         assert_eq!(Delay::of(&mut [9, 1, 8, 7]), Delay::Over(7));
         assert_eq!(Delay::of(&mut [9, 1, 8]), Delay::Over(8));
@@ -374,7 +387,7 @@ mod tests {
         }
         // Then gently: 1 %, 2 %, 4 %.
         for expected in [19_089_000, 19_470_780, 20_249_611] {
-            assert_eq!(d.tick(d.rate_bps as f64, Delay::Over(0), t), Step::Raised);
+            assert_eq!(d.tick(d.rate_bps, Delay::Over(0), t), Step::Raised);
             assert_eq!(d.rate_bps(), expected);
         }
     }
@@ -406,18 +419,18 @@ mod tests {
         assert_eq!(d.rate_bps(), 18_000_000);
         let mut rates = [0u64; 8];
         for r in &mut rates {
-            d.tick(d.rate_bps as f64, Delay::Over(0), t);
+            d.tick(d.rate_bps, Delay::Over(0), t);
             *r = d.rate_bps();
         }
         // Held for the drain, then 1, 2, 4 %, stopped at 20, then 1, 2 % past it.
         assert_eq!(
             rates,
             [
-                18_000_000, 18_000_000, 18_000_000, 18_000_000, 18_180_000, 18_543_600,
-                19_285_344, 20_000_000
+                18_000_000, 18_000_000, 18_000_000, 18_000_000, 18_180_000, 18_543_600, 19_285_344,
+                20_000_000
             ]
         );
-        d.tick(d.rate_bps as f64, Delay::Over(0), t);
+        d.tick(d.rate_bps, Delay::Over(0), t);
         assert_eq!(d.rate_bps(), 20_200_000);
     }
 
@@ -448,14 +461,14 @@ mod tests {
         let mut d = Direction::new(range(10, 60), 20_000_000);
         let mut ticks = 0;
         while d.rate_bps() < 40_000_000 {
-            let carried = d.rate_bps as f64 * 0.95;
+            let carried = d.rate_bps * 0.95;
             assert_eq!(d.tick(carried, Delay::Over(0), t), Step::Raised);
             ticks += 1;
         }
         assert!(ticks <= 12, "{ticks} ticks");
         // Up to the maximum, not past it.
         for _ in 0..100 {
-            d.tick(d.rate_bps as f64, Delay::Over(0), t);
+            d.tick(d.rate_bps, Delay::Over(0), t);
         }
         assert_eq!(d.rate_bps(), 60_000_000);
     }

@@ -37,8 +37,7 @@ use aya_ebpf::{
 };
 use shaper_common::{
     abi::ShaperConfig,
-    autorate,
-    branchless,
+    autorate, branchless,
     cb::{Slot, jump, rewrite},
     diffserv::MAX_TINS,
     framing::Packet,

@@ -15,7 +15,11 @@ use shaper_common::{
 };
 use tracing::{debug, info, warn};
 
-use crate::{config::Settings, metrics::Direction as Way, reflectors::Prober};
+use crate::{
+    config::Settings,
+    metrics::{Direction as Way, status::AutorateSample},
+    reflectors::Prober,
+};
 
 /// Ticks without an answer from any reflector before it is said (10 s).
 const SILENT_WARN_TICKS: u32 = 100;
@@ -52,18 +56,6 @@ impl Followed {
         self.direction.reconfigure(range, adopt);
         self.requested_bps = requested_bps;
     }
-}
-
-/// What the metrics show of a followed direction.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Status {
-    pub range: Range,
-    /// The last tick's delay over the baseline (s), if a reflector answered.
-    pub delay_s: Option<f64>,
-    /// The least baseline among the reflectors (s).
-    pub baseline_s: Option<f64>,
-    pub cuts: u64,
-    pub raises: u64,
 }
 
 pub struct Autorate {
@@ -135,7 +127,10 @@ impl Autorate {
             (&mut this.egress, Way::Egress, Some(settings)),
             (&mut this.ingress, Way::Ingress, ingress),
         ] {
-            match (slot.as_mut(), s.and_then(|s| s.autorate.map(|r| (r, s.rate_bps)))) {
+            match (
+                slot.as_mut(),
+                s.and_then(|s| s.autorate.map(|r| (r, s.rate_bps))),
+            ) {
                 (Some(f), Some((range, rate))) => f.reconfigure(range, rate),
                 (_, wanted) => *slot = wanted.map(|(range, rate)| Followed::new(way, range, rate)),
             }
@@ -174,7 +169,10 @@ impl Autorate {
             .into_iter()
             .map(|s| {
                 let rtt_ns = s.rtt.as_nanos().min(u64::MAX as u128) as u64;
-                self.baselines.entry(s.reflector).or_default().sample(rtt_ns)
+                self.baselines
+                    .entry(s.reflector)
+                    .or_default()
+                    .sample(rtt_ns)
             })
             .collect();
         let delay = Delay::of(&mut delays);
@@ -228,11 +226,19 @@ impl Autorate {
                 }
                 Step::Raised => {
                     f.raises += 1;
-                    debug!("{iface}: autorate {}: raised to {}", f.way.name(), DisplayRate(now));
+                    debug!(
+                        "{iface}: autorate {}: raised to {}",
+                        f.way.name(),
+                        DisplayRate(now)
+                    );
                 }
                 Step::Held if f.logged_bps != now => {
                     f.logged_bps = now;
-                    info!("{iface}: autorate {}: raised to {}", f.way.name(), DisplayRate(now));
+                    info!(
+                        "{iface}: autorate {}: raised to {}",
+                        f.way.name(),
+                        DisplayRate(now)
+                    );
                 }
                 Step::Held => {}
             }
@@ -245,12 +251,12 @@ impl Autorate {
     }
 
     /// What the metrics show of `way`, if autorate follows it.
-    pub fn status(&self, way: Way) -> Option<Status> {
+    pub fn status(&self, way: Way) -> Option<AutorateSample> {
         let f = match way {
             Way::Egress => self.egress.as_ref(),
             Way::Ingress => self.ingress.as_ref(),
         }?;
-        Some(Status {
+        Some(AutorateSample {
             range: f.direction.range,
             delay_s: self.last_delay_ns.map(|ns| ns as f64 / 1e9),
             baseline_s: self
@@ -266,7 +272,12 @@ impl Autorate {
 }
 
 fn start_prober(settings: &Settings, ifindex: u32) -> anyhow::Result<Prober> {
-    Prober::start(&settings.iface, ifindex, settings.autorate_reflectors.clone()).map_err(|e| {
+    Prober::start(
+        &settings.iface,
+        ifindex,
+        settings.autorate_reflectors.clone(),
+    )
+    .map_err(|e| {
         anyhow::anyhow!(
             "{}: autorate's probes (raw ICMP sockets bound to it): {e}",
             settings.iface

@@ -1145,6 +1145,62 @@ mod tests {
     }
 
     #[test]
+    fn autorate_starts_at_the_rate_given_or_its_maximum_and_sizes_for_its_range() {
+        let mut c = cli("eth0", "50mbit");
+        c.autorate = Some("10mbit..60mbit".into());
+        c.ingress_autorate = Some("20mbit..100mbit".into());
+        c.autorate_reflectors = Some("192.0.2.1, 2001:db8::1".into());
+        c.autorate_threshold = Some("8ms".into());
+        let s = Settings::resolve(c, None).unwrap();
+        assert_eq!(s.rate_bps, 50_000_000);
+        assert_eq!(s.autorate.unwrap().to_string(), "10Mbit..60Mbit");
+        assert_eq!(s.autorate_reflectors.len(), 2);
+        assert_eq!(s.autorate_threshold_ns, 8_000_000);
+        // fq holds what the most rate admits; packet sizes fit the least.
+        assert_eq!(
+            s.fq,
+            fq_params(60_000_000, s.rtt_ns, s.horizon_ns, &FqOptions::default()).unwrap()
+        );
+        assert_eq!(s.sizing_rate_bps(), 10_000_000);
+        // --ingress-autorate alone shapes the ingress, from its maximum.
+        let i = s.ingress.as_deref().unwrap();
+        assert_eq!((i.rate_bps, i.sizing_rate_bps()), (100_000_000, 20_000_000));
+        assert!(describe_has(&s, "(autorate 10Mbit..60Mbit)"));
+
+        // Without --rate: from the maximum; without reflectors: the public resolvers.
+        let mut c = cli("eth0", "1mbit");
+        c.rate = None;
+        c.autorate = Some("10mbit..60mbit".into());
+        let s = Settings::resolve(c, None).unwrap();
+        assert_eq!(s.rate_bps, 60_000_000);
+        assert_eq!(s.autorate_reflectors.len(), defaults::AUTORATE_REFLECTORS.len());
+        assert_eq!(s.autorate_threshold_ns, autorate::DEFAULT_THRESHOLD_NS);
+
+        let err = |f: fn(&mut Options)| {
+            let mut c = cli("eth0", "50mbit");
+            f(&mut c);
+            Settings::resolve(c, None).unwrap_err()
+        };
+        let e = err(|c| c.autorate = Some("60mbit..10mbit".into()));
+        assert_eq!(e.field(), Some("autorate"));
+        assert!(e.to_string().contains("minimum is above the maximum"), "{e}");
+        let e = err(|c| c.autorate = Some("10mbit..40mbit".into()));
+        assert_eq!(e.field(), Some("rate"));
+        assert!(e.to_string().contains("lies outside 10Mbit..40Mbit"), "{e}");
+        let e = err(|c| {
+            c.autorate = Some("10mbit..60mbit".into());
+            c.autorate_reflectors = Some("1.1.1.1,dns.google".into());
+        });
+        assert_eq!(e.field(), Some("autorate-reflectors"));
+        let e = err(|c| c.autorate_threshold = Some("5 parsecs".into()));
+        assert_eq!(e.field(), Some("autorate-threshold"));
+    }
+
+    fn describe_has(s: &Settings, text: &str) -> bool {
+        s.describe().contains(text)
+    }
+
+    #[test]
     fn ingress_rate_shapes_the_other_direction_with_the_same_policy() {
         let s = Settings::resolve(cli("eth0", "1mbit"), None).unwrap();
         assert!(s.ingress.is_none() && s.for_ingress("ifb4eth0", 14).is_none());

@@ -219,8 +219,12 @@ impl Part for Ingress {
         let Some(ingress) = settings.for_ingress(&self.settings.iface, header) else {
             return Ok(());
         };
-        self.gro
-            .replan(cx.sock, cx.iface, ingress.sizing_rate_bps(), ingress.split_gso);
+        self.gro.replan(
+            cx.sock,
+            cx.iface,
+            ingress.sizing_rate_bps(),
+            ingress.split_gso,
+        );
         cx.record(self)?;
         self.gro.apply(cx.sock, cx.iface);
         if let Some(deployment) = self.deployment.as_mut() {

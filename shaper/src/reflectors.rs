@@ -12,8 +12,8 @@ use std::{
     collections::VecDeque,
     io,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
     os::fd::AsRawFd,
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
@@ -68,7 +68,9 @@ impl Prober {
             set_timestamps(&socket)?;
             // SAFETY: a Socket always returns its own, open descriptor, owned here until the
             // AsyncFd is dropped.
-            Ok(Some(unsafe { AsyncFd::register(socket) }.map_err(io::Error::from)?))
+            Ok(Some(
+                unsafe { AsyncFd::register(socket) }.map_err(io::Error::from)?,
+            ))
         };
         let sockets = Sockets {
             v4: open(false)?,
@@ -213,8 +215,7 @@ fn receive(socket: &Socket) -> io::Result<Received> {
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
                 let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
-                at = SystemTime::UNIX_EPOCH
-                    + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+                at = SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
             }
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
@@ -269,9 +270,11 @@ impl Echo {
             .get_ref()
             .send_to(&message, &SockAddr::from(SocketAddr::new(to, 0)))?;
         let now = SystemTime::now();
-        while self.pending.front().is_some_and(|(_, _, at)| {
-            now.duration_since(*at).unwrap_or_default() > ANSWER_WITHIN
-        }) {
+        while self
+            .pending
+            .front()
+            .is_some_and(|(_, _, at)| now.duration_since(*at).unwrap_or_default() > ANSWER_WITHIN)
+        {
             self.pending.pop_front();
         }
         self.pending.push_back((seq, to, sent_at));

@@ -300,7 +300,12 @@ impl Part for Limits<GsoLimits> {
     }
 
     fn change(&mut self, cx: &mut Context, settings: &Settings) -> anyhow::Result<()> {
-        self.replan(cx.sock, cx.iface, settings.sizing_rate_bps(), settings.split_gso);
+        self.replan(
+            cx.sock,
+            cx.iface,
+            settings.sizing_rate_bps(),
+            settings.split_gso,
+        );
         cx.record(self)?;
         Limits::apply(self, cx.sock, cx.iface);
         Ok(())

@@ -14,7 +14,6 @@ use std::{
 
 use super::{Direction, histogram::Histogram};
 use crate::{
-    autorate,
     bpf::{self, BpfError, MapReader},
     control::TickSummary,
     record::State,
@@ -42,7 +41,7 @@ pub struct ControlSample {
     /// Tick durations (s).
     pub duration: Histogram,
     /// Where autorate follows the direction, what it saw last.
-    pub autorate: Option<autorate::Status>,
+    pub autorate: Option<AutorateSample>,
 }
 
 impl Default for ControlSample {
@@ -57,6 +56,18 @@ impl Default for ControlSample {
             autorate: None,
         }
     }
+}
+
+/// What autorate saw last of a direction it follows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutorateSample {
+    pub range: shaper_common::autorate::Range,
+    /// The last tick's delay over the baseline (s), if a reflector answered.
+    pub delay_s: Option<f64>,
+    /// The least baseline among the reflectors (s).
+    pub baseline_s: Option<f64>,
+    pub cuts: u64,
+    pub raises: u64,
 }
 
 /// A shaped direction as published: its state file's content, its control loop.
@@ -275,7 +286,7 @@ impl Monitor {
     }
 
     /// What autorate saw last on `interface`'s `direction`.
-    pub fn autorate(&self, interface: &str, direction: Direction, status: autorate::Status) {
+    pub fn autorate(&self, interface: &str, direction: Direction, status: AutorateSample) {
         if let Some(p) = self.lock().find(interface, direction) {
             p.control.autorate = Some(status);
         }

@@ -10,12 +10,9 @@ use std::fmt::{Display, Write};
 
 use super::{
     histogram::Histogram,
-    status::{DirectionSample, Scrape},
+    status::{AutorateSample, DirectionSample, Scrape},
 };
-use crate::{
-    autorate,
-    stats::{HostRow, Report},
-};
+use crate::stats::{HostRow, Report};
 
 /// The exposition format's media type (the `Content-Type` a scraper expects).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -374,7 +371,7 @@ fn labels<'a>(d: &'a DirectionSample, extra: &[(&'a str, &'a str)]) -> Vec<(&'a 
 /// Autorate's families, for the directions it follows (none without `--autorate`); the rate
 /// it sets is `shaper_rate_bytes_per_second`.
 fn autorate_families(w: &mut Writer, scrape: &Scrape) {
-    type Of = fn(&autorate::Status) -> Option<Value>;
+    type Of = fn(&AutorateSample) -> Option<Value>;
     let families: [(&str, Kind, &str, Of); 6] = [
         (
             "shaper_autorate_min_rate_bytes_per_second",
@@ -413,7 +410,7 @@ fn autorate_families(w: &mut Writer, scrape: &Scrape) {
             |s| Some(Value::Int(s.raises)),
         ),
     ];
-    let followed: Vec<(&DirectionSample, &autorate::Status)> = scrape
+    let followed: Vec<(&DirectionSample, &AutorateSample)> = scrape
         .directions
         .iter()
         .filter_map(|d| d.control.autorate.as_ref().map(|s| (d, s)))
@@ -725,6 +722,36 @@ mod tests {
         w.sample("m", &[("host", "x\"y")], Value::Float(f64::INFINITY));
         w.sample("m", &[], Value::Float(f64::NAN));
         assert_eq!(w.out, "m{host=\"x\\\"y\"} +Inf\nm NaN\n");
+    }
+
+    #[test]
+    fn autorate_appears_for_the_directions_it_follows() {
+        let mut s = scrape();
+        assert!(samples(&render(&s), "shaper_autorate_cuts_total").is_empty());
+        s.directions[0].control.autorate = Some(AutorateSample {
+            range: "10mbit..60mbit".parse().unwrap(),
+            delay_s: Some(0.0125),
+            baseline_s: None,
+            cuts: 3,
+            raises: 40,
+        });
+        let text = render(&s);
+        let egress = r#"{interface="eth0",direction="egress"}"#;
+        assert_eq!(
+            samples(&text, "shaper_autorate_max_rate_bytes_per_second"),
+            [format!("shaper_autorate_max_rate_bytes_per_second{egress} 7500000")]
+        );
+        assert_eq!(
+            samples(&text, "shaper_autorate_delay_seconds"),
+            [format!("shaper_autorate_delay_seconds{egress} 0.0125")]
+        );
+        assert_eq!(
+            samples(&text, "shaper_autorate_cuts_total"),
+            [format!("shaper_autorate_cuts_total{egress} 3")]
+        );
+        // No reflector has answered yet: no baseline series, its family still declared.
+        assert!(samples(&text, "shaper_autorate_baseline_seconds").is_empty());
+        assert!(text.contains("# TYPE shaper_autorate_baseline_seconds gauge"));
     }
 
     #[test]
