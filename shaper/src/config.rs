@@ -104,7 +104,7 @@ layered! {
         /// Follow a link whose speed varies (LTE, 5G, satellite, busy cable): the egress rate
         /// adapts within MIN..MAX (e.g. 10mbit..60mbit) to the delay the reflectors' round
         /// trips show, cut when it rises, raised while the link is loaded and the delay low.
-        /// --rate is where it starts (default MAX).
+        /// --rate is where it starts (default MAX). `off`: a fixed rate.
         #[arg(long, value_name = "MIN..MAX")]
         pub autorate: Option<String>,
         /// The same for the ingress direction (shaped as with --ingress-rate, which is then
@@ -790,14 +790,15 @@ fn parse_autorate(
     field: &'static str,
     text: Option<String>,
 ) -> Result<Option<autorate::Range>, ConfigError> {
-    text.map(|text| {
-        text.parse().map_err(|reason| ConfigError::Autorate {
-            field,
-            text,
-            reason,
+    text.filter(|t| t != "off")
+        .map(|text| {
+            text.parse().map_err(|reason| ConfigError::Autorate {
+                field,
+                text,
+                reason,
+            })
         })
-    })
-    .transpose()
+        .transpose()
 }
 
 /// A direction's rate, or where its autorate starts: the rate given (within the range), else
@@ -1173,7 +1174,10 @@ mod tests {
         c.autorate = Some("10mbit..60mbit".into());
         let s = Settings::resolve(c, None).unwrap();
         assert_eq!(s.rate_bps, 60_000_000);
-        assert_eq!(s.autorate_reflectors.len(), defaults::AUTORATE_REFLECTORS.len());
+        assert_eq!(
+            s.autorate_reflectors.len(),
+            defaults::AUTORATE_REFLECTORS.len()
+        );
         assert_eq!(s.autorate_threshold_ns, autorate::DEFAULT_THRESHOLD_NS);
 
         let err = |f: fn(&mut Options)| {
@@ -1183,7 +1187,10 @@ mod tests {
         };
         let e = err(|c| c.autorate = Some("60mbit..10mbit".into()));
         assert_eq!(e.field(), Some("autorate"));
-        assert!(e.to_string().contains("minimum is above the maximum"), "{e}");
+        assert!(
+            e.to_string().contains("minimum is above the maximum"),
+            "{e}"
+        );
         let e = err(|c| c.autorate = Some("10mbit..40mbit".into()));
         assert_eq!(e.field(), Some("rate"));
         assert!(e.to_string().contains("lies outside 10Mbit..40Mbit"), "{e}");

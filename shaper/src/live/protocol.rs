@@ -39,6 +39,19 @@ pub struct SetOptions {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress_rate: Option<String>,
+    /// Autorate's range, as for `shaper run` (`off`: a fixed rate again).
+    #[arg(long, value_name = "MIN..MAX|off")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autorate: Option<String>,
+    #[arg(long, value_name = "MIN..MAX|off")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_autorate: Option<String>,
+    #[arg(long, value_name = "ADDRS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autorate_reflectors: Option<String>,
+    #[arg(long, value_name = "DURATION")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autorate_threshold: Option<String>,
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizon: Option<String>,
@@ -101,6 +114,10 @@ impl SetOptions {
         Options {
             rate: this.rate,
             ingress_rate: this.ingress_rate,
+            autorate: this.autorate,
+            ingress_autorate: this.ingress_autorate,
+            autorate_reflectors: this.autorate_reflectors,
+            autorate_threshold: this.autorate_threshold,
             horizon: this.horizon,
             framing: this.framing,
             overhead: this.overhead,

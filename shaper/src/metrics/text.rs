@@ -739,7 +739,9 @@ mod tests {
         let egress = r#"{interface="eth0",direction="egress"}"#;
         assert_eq!(
             samples(&text, "shaper_autorate_max_rate_bytes_per_second"),
-            [format!("shaper_autorate_max_rate_bytes_per_second{egress} 7500000")]
+            [format!(
+                "shaper_autorate_max_rate_bytes_per_second{egress} 7500000"
+            )]
         );
         assert_eq!(
             samples(&text, "shaper_autorate_delay_seconds"),
