@@ -31,7 +31,7 @@ pub enum Command {
     /// Change settings of the shaper running on an interface in place (its qdisc and programs
     /// stay, fq keeps its packets); prints what changed. A setting that cannot change in place
     /// is refused, and nothing changes.
-    Set(cmd::set::SetArgs),
+    Set(Box<cmd::set::SetArgs>),
     /// Make the shaper running on an interface read its --config file again and apply what
     /// differs in place (as SIGHUP does); prints what changed.
     Reload(cmd::reload::ReloadArgs),

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Run(args) => done(cmd::run::run(*args)),
         Command::Stats(args) => done(cmd::stats::run(args)),
-        Command::Set(args) => done(cmd::set::run(args)),
+        Command::Set(args) => done(cmd::set::run(*args)),
         Command::Reload(args) => done(cmd::reload::run(args)),
         Command::Reset(args) => done(cmd::reset::run(args)),
         Command::Doctor(args) => cmd::doctor::run(args),
