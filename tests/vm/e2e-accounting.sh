@@ -17,19 +17,7 @@ SECONDS_PER_RUN=${E2E_SECONDS:-16}
 UP_MBIT=1
 DOWN_MBIT=20
 TOLERANCE=1
-NSES="cli rtr srv"
-
-namespaces_up
-ip link add c0 netns cli type veth peer name rc netns rtr
-ip link add s0 netns srv type veth peer name rs netns rtr
-ip -n cli addr add 10.1.0.2/24 dev c0
-ip -n rtr addr add 10.1.0.1/24 dev rc
-ip -n srv addr add 10.2.0.2/24 dev s0
-ip -n rtr addr add 10.2.0.1/24 dev rs
-for link in cli:c0 rtr:rc rtr:rs srv:s0; do ip -n "${link%%:*}" link set "${link#*:}" up; done
-ip -n cli route add default via 10.1.0.1
-ip -n srv route add default via 10.2.0.1
-run rtr sysctl -qw net.ipv4.ip_forward=1
+routed_up
 run rtr tc qdisc add dev rc root netem delay 20ms limit 10000
 run rtr tc qdisc add dev rs root netem delay 20ms limit 10000
 run srv iperf3 -s -D -p 5201 >/dev/null

@@ -31,29 +31,15 @@ GOODPUT=0.80
 FLOWS=4
 # The modem's buffer: 250 ms at the first phase's rate, what a cable modem ships with.
 BUFFER=1600000
-NSES="cli rtr srv"
 OUT=${SHAPER_OUT:-/tmp/autorate}
 mkdir -p "$OUT"
 
-namespaces_up
-ip link add c0 netns cli type veth peer name r0 netns rtr
-ip link add r1 netns rtr type veth peer name s1 netns srv
-ip -n cli addr add 10.80.1.2/24 dev c0
-ip -n rtr addr add 10.80.1.1/24 dev r0
-ip -n rtr addr add 10.80.2.1/24 dev r1
-ip -n srv addr add 10.80.2.2/24 dev s1
-for l in "cli c0" "rtr r0" "rtr r1" "srv s1"; do
-	set -- $l
-	ip -n "$1" link set "$2" up
-done
-ip -n cli route add default via 10.80.1.1
-ip -n srv route add default via 10.80.2.1
-run rtr sysctl -qw net.ipv4.ip_forward=1
+routed_up
 # The path: 15 ms each way; the uplink's modem a token bucket under the delay.
-run rtr tc qdisc add dev r0 root netem delay 15ms limit 100000
-run rtr tc qdisc add dev r1 root handle 1: netem delay 15ms limit 100000
+run rtr tc qdisc add dev rc root netem delay 15ms limit 100000
+run rtr tc qdisc add dev rs root handle 1: netem delay 15ms limit 100000
 modem() {
-	run rtr tc qdisc "$1" dev r1 parent 1:1 handle 2: tbf rate "$2mbit" burst 62500 limit "$BUFFER"
+	run rtr tc qdisc "$1" dev rs parent 1:1 handle 2: tbf rate "$2mbit" burst 62500 limit "$BUFFER"
 }
 modem add 50
 # The uploads are iperf3's reverse mode from the server's side, so that its per-second
@@ -62,7 +48,7 @@ run cli iperf3 -s -D >/dev/null
 sleep 0.3
 original=$(run cli tc qdisc show dev c0 | sed 's/ refcnt [0-9]*//' | sort)
 
-idle=$(run cli ping -c 20 -i 0.1 10.80.2.2 | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
+idle=$(run cli ping -c 20 -i 0.1 10.2.0.2 | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
 	awk '{ v[NR] = $1 } END { print v[int(NR / 2) + 1] }')
 [ -n "$idle" ] || fail "the path does not answer pings"
 echo "== idle RTT median $idle ms" >&2
@@ -71,9 +57,9 @@ echo "== idle RTT median $idle ms" >&2
 load() {
 	modem change 50
 	total=$((PHASE * 3))
-	run srv iperf3 -c 10.80.1.2 -R -t "$total" -P "$FLOWS" -i 1 --format k >"$OUT/$1.iperf" 2>&1 &
+	run srv iperf3 -c 10.1.0.2 -R -t "$total" -P "$FLOWS" -i 1 --format k >"$OUT/$1.iperf" 2>&1 &
 	iperf=$!
-	run cli ping -i 0.1 -c $((total * 10 - 10)) 10.80.2.2 >"$OUT/$1.ping" 2>&1 &
+	run cli ping -i 0.1 -c $((total * 10 - 10)) 10.2.0.2 >"$OUT/$1.ping" 2>&1 &
 	pinger=$!
 	: >"$OUT/$1.rates"
 	start=$(now_ms)
@@ -148,8 +134,8 @@ report() {
 }
 
 # shaper
-shaper_start_in cli c0 --iface c0 --rate 50mbit --autorate "$RANGE" --autorate-reflectors 10.80.2.2
-grep -q "autorate from round trips to 10.80.2.2" /tmp/shaper.log ||
+shaper_start_in cli c0 --iface c0 --rate 50mbit --autorate "$RANGE" --autorate-reflectors 10.2.0.2
+grep -q "autorate from round trips to 10.2.0.2" /tmp/shaper.log ||
 	fail "shaper did not report its autorate: $(cat /tmp/shaper.log)"
 load shaper
 run cli shaper stats --iface c0 >"$OUT/shaper.stats" 2>&1

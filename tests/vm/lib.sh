@@ -43,6 +43,25 @@ namespaces_up() {
 	done
 }
 
+# routed_up: namespaces cli, rtr and srv afresh (as $NSES), a veth from cli's c0 to rtr's rc
+# (10.1.0.2 and .1) and one from srv's s0 to rtr's rs (10.2.0.2 and .1), rtr forwarding
+# between them and each end's default route through it:
+#   cli [c0] --- [rc] rtr [rs] --- [s0] srv
+routed_up() {
+	NSES="cli rtr srv"
+	namespaces_up
+	ip link add c0 netns cli type veth peer name rc netns rtr
+	ip link add s0 netns srv type veth peer name rs netns rtr
+	ip -n cli addr add 10.1.0.2/24 dev c0
+	ip -n rtr addr add 10.1.0.1/24 dev rc
+	ip -n srv addr add 10.2.0.2/24 dev s0
+	ip -n rtr addr add 10.2.0.1/24 dev rs
+	for link in cli:c0 rtr:rc rtr:rs srv:s0; do ip -n "${link%%:*}" link set "${link#*:}" up; done
+	ip -n cli route add default via 10.1.0.1
+	ip -n srv route add default via 10.2.0.1
+	run rtr sysctl -qw net.ipv4.ip_forward=1
+}
+
 # pair_up: (re)create the two namespaces and the veth between them.
 pair_up() {
 	pair_down
