@@ -60,7 +60,6 @@ impl Followed {
 
 pub struct Autorate {
     iface: String,
-    ifindex: u32,
     prober: Prober,
     reflectors: Vec<IpAddr>,
     threshold_ns: u64,
@@ -74,12 +73,8 @@ pub struct Autorate {
 impl Autorate {
     /// Autorate for `settings`' interface (index `ifindex`), if either direction asks for it.
     pub fn start(settings: &Settings, ifindex: u32) -> anyhow::Result<Option<Self>> {
-        let ingress = settings.ingress.as_deref();
-        let followed = |way, s: Option<&Settings>| {
-            s.and_then(|s| s.autorate.map(|r| Followed::new(way, r, s.rate_bps)))
-        };
-        let egress = followed(Way::Egress, Some(settings));
-        let ingress = followed(Way::Ingress, ingress);
+        let followed = |way| wanted(settings, way).map(|(r, rate)| Followed::new(way, r, rate));
+        let (egress, ingress) = (followed(Way::Egress), followed(Way::Ingress));
         if egress.is_none() && ingress.is_none() {
             return Ok(None);
         }
@@ -92,7 +87,6 @@ impl Autorate {
         );
         Ok(Some(Self {
             iface: settings.iface.clone(),
-            ifindex,
             prober,
             reflectors: settings.autorate_reflectors.clone(),
             threshold_ns: settings.autorate_threshold_ns,
@@ -112,25 +106,23 @@ impl Autorate {
         settings: &Settings,
         ifindex: u32,
     ) -> anyhow::Result<Option<Self>> {
-        let ingress = settings.ingress.as_deref();
-        let wanted = settings.autorate.is_some() || ingress.is_some_and(|i| i.autorate.is_some());
-        let Some(mut this) = this.filter(|_| wanted) else {
+        let on = [Way::Egress, Way::Ingress]
+            .iter()
+            .any(|&way| wanted(settings, way).is_some());
+        let Some(mut this) = this.filter(|_| on) else {
             return Self::start(settings, ifindex);
         };
         if settings.autorate_reflectors != this.reflectors {
-            this.prober = start_prober(settings, this.ifindex)?;
+            this.prober = start_prober(settings, ifindex)?;
             this.reflectors = settings.autorate_reflectors.clone();
             this.baselines.clear();
         }
         this.threshold_ns = settings.autorate_threshold_ns;
-        for (slot, way, s) in [
-            (&mut this.egress, Way::Egress, Some(settings)),
-            (&mut this.ingress, Way::Ingress, ingress),
+        for (slot, way) in [
+            (&mut this.egress, Way::Egress),
+            (&mut this.ingress, Way::Ingress),
         ] {
-            match (
-                slot.as_mut(),
-                s.and_then(|s| s.autorate.map(|r| (r, s.rate_bps))),
-            ) {
+            match (slot.as_mut(), wanted(settings, way)) {
                 (Some(f), Some((range, rate))) => f.reconfigure(range, rate),
                 (_, wanted) => *slot = wanted.map(|(range, rate)| Followed::new(way, range, rate)),
             }
@@ -269,6 +261,15 @@ impl Autorate {
             raises: f.raises,
         })
     }
+}
+
+/// `way`'s autorate range and the rate asked for it, if `settings` follow it.
+fn wanted(settings: &Settings, way: Way) -> Option<(Range, u64)> {
+    let s = match way {
+        Way::Egress => settings,
+        Way::Ingress => settings.ingress.as_deref()?,
+    };
+    s.autorate.map(|r| (r, s.rate_bps))
 }
 
 fn start_prober(settings: &Settings, ifindex: u32) -> anyhow::Result<Prober> {

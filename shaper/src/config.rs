@@ -748,24 +748,6 @@ impl Settings {
         self.autorate.map_or(self.rate_bps, |r| r.min_bps)
     }
 
-    /// Whether `other` differs from `self` in its rates alone (each direction's), as autorate
-    /// changes them.
-    pub fn same_but_rates(&self, other: &Self) -> bool {
-        let ingress = match (&self.ingress, &other.ingress) {
-            (Some(a), Some(b)) => Some(Box::new(Self {
-                rate_bps: a.rate_bps,
-                ..(**b).clone()
-            })),
-            (_, b) => b.clone(),
-        };
-        *self
-            == Self {
-                rate_bps: self.rate_bps,
-                ingress,
-                ..other.clone()
-            }
-    }
-
     pub fn describe(&self) -> String {
         format!(
             "{} at {}{}, {}{}, {}{}, rtt {} us{} (horizon {} ms, framing {})",
@@ -1166,7 +1148,7 @@ mod tests {
         // --ingress-autorate alone shapes the ingress, from its maximum.
         let i = s.ingress.as_deref().unwrap();
         assert_eq!((i.rate_bps, i.sizing_rate_bps()), (100_000_000, 20_000_000));
-        assert!(describe_has(&s, "(autorate 10Mbit..60Mbit)"));
+        assert!(s.describe().contains("(autorate 10Mbit..60Mbit)"));
 
         // Without --rate: from the maximum; without reflectors: the public resolvers.
         let mut c = cli("eth0", "1mbit");
@@ -1201,10 +1183,6 @@ mod tests {
         assert_eq!(e.field(), Some("autorate-reflectors"));
         let e = err(|c| c.autorate_threshold = Some("5 parsecs".into()));
         assert_eq!(e.field(), Some("autorate-threshold"));
-    }
-
-    fn describe_has(s: &Settings, text: &str) -> bool {
-        s.describe().contains(text)
     }
 
     #[test]

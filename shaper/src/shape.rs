@@ -29,6 +29,7 @@ use crate::{
     link::{
         DeviceLimits, GsoLimits, Interface, LimitsPlan, apply_limits, plan_limits, restore_limits,
     },
+    live,
     netlink::Socket,
     own, probe,
     qdisc::{self, FqParams, Snapshot},
@@ -192,7 +193,10 @@ pub fn apply_with(
 /// that the new rate needs and the old one did not is started, as at start.
 pub fn change(deployment: &mut Deployment, settings: &Settings) -> anyhow::Result<()> {
     // Autorate changes the rates ten times a second: those are its to log.
-    let rates_alone = deployment.settings().same_but_rates(settings);
+    let rates_alone = live::change::differences(deployment.settings(), settings).is_ok_and(|d| {
+        d.iter()
+            .all(|d| matches!(d.setting, "rate" | "ingress-rate"))
+    });
     deployment.change(settings)?;
     if deployment.state().segmenter.is_none() {
         add_segmenter(deployment, settings);

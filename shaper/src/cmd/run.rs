@@ -886,14 +886,8 @@ fn change(
     let ifindex = shaped.deployment.iface().ifindex;
     shaped.autorate = Autorate::reconfigure(shaped.autorate.take(), settings, ifindex)?;
     if !differences.is_empty() {
-        shape::change(&mut shaped.deployment, settings)
+        apply(shaped, settings, monitor)
             .map_err(|e| e.context("applying the change failed part-way; run `shaper set` or `shaper reload` again, or restart"))?;
-        shaped
-            .egress
-            .set_policy(settings.rate_bps, settings.isolation, settings.diffserv);
-        if let (Some(c), Some(i)) = (shaped.ingress.as_mut(), settings.ingress.as_deref()) {
-            c.set_policy(i.rate_bps, i.isolation, i.diffserv);
-        }
         control_ticks(shaped, monitor);
     }
     shaped.source = next;
@@ -973,18 +967,25 @@ fn follow_autorate(
         return;
     };
     // A failure leaves the rates as they were; the next tick tries again.
-    if let Err(e) = shape::change(&mut shaped.deployment, &next) {
+    if let Err(e) = apply(shaped, &next, monitor) {
         warn!("{name}: autorate's new rate: {e:#}");
-        return;
     }
+}
+
+/// Applies `settings` to `shaped`'s deployment in place, and their policies to its control
+/// loops and the metrics.
+fn apply(shaped: &mut Shaped, settings: &Settings, monitor: &Monitor) -> anyhow::Result<()> {
+    shape::change(&mut shaped.deployment, settings)?;
+    let name = shaped.name().to_string();
     shaped
         .egress
-        .set_policy(next.rate_bps, next.isolation, next.diffserv);
-    monitor.rate(&name, Direction::Egress, next.rate_bps);
-    if let (Some(c), Some(i)) = (shaped.ingress.as_mut(), next.ingress.as_deref()) {
+        .set_policy(settings.rate_bps, settings.isolation, settings.diffserv);
+    monitor.rate(&name, Direction::Egress, settings.rate_bps);
+    if let (Some(c), Some(i)) = (shaped.ingress.as_mut(), settings.ingress.as_deref()) {
         c.set_policy(i.rate_bps, i.isolation, i.diffserv);
         monitor.rate(&name, Direction::Ingress, i.rate_bps);
     }
+    Ok(())
 }
 
 /// Tells the monitor what is shaped on `shaped`'s interface (each direction's state file: its

@@ -187,9 +187,9 @@ fn as_measured(h: &mut Harness, frame: &[u8]) {
     ));
 }
 
-/// A new, lower rate (`shaper set --rate`, autorate) widens the calendar's bins: what the
-/// calendar remembers of where the bulk traffic books is a time, so that under the new width it
-/// is where it was, not a multiple of the machine's uptime ahead, beyond the horizon.
+/// A new, lower rate (`shaper set --rate`, autorate) widens the calendar's bins: the bookings
+/// made at the old width still place the next packet near where the rate puts it, not beyond
+/// the horizon.
 #[test]
 fn a_lower_rate_with_wider_bins_keeps_departures_where_the_rate_puts_them() {
     let fast = config(50_000_000, SECOND);
