@@ -15,7 +15,8 @@
 #     ceiling at the link's rate).
 # The CAKE runs are the reference: printed, and held to nothing but running.
 #
-# Usage: e2e-autorate.sh [PHASE_SECONDS]   (default 15)
+# Usage: [HOGS=1] e2e-autorate.sh [PHASE_SECONDS]   (default 15; HOGS=1: every run beside a
+#        busy loop on every CPU)
 # Prints one "RESULT ..." line per run for the record.
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
@@ -47,6 +48,11 @@ modem add 50
 run cli iperf3 -s -D >/dev/null
 sleep 0.3
 original=$(run cli tc qdisc show dev c0 | sed 's/ refcnt [0-9]*//' | sort)
+
+if [ -n "${HOGS:-}" ]; then
+	hogs_start
+	trap 'kill $HOG_PIDS 2>/dev/null' EXIT
+fi
 
 idle=$(run cli ping -c 20 -i 0.1 10.2.0.2 | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
 	awk '{ v[NR] = $1 } END { print v[int(NR / 2) + 1] }')
@@ -124,7 +130,7 @@ settled() {
 problems=
 report() {
 	name=$1
-	line="RESULT autorate $name idle=${idle}ms p99=$(p99 "$name")ms"
+	line="RESULT autorate $name hogs=${HOGS:-0} idle=${idle}ms p99=$(p99 "$name")ms"
 	i=1
 	for link in $STEPS; do
 		line="$line phase$i(${link}mbit)=$(phase_goodput "$name" $i)"

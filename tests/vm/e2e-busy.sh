@@ -34,13 +34,6 @@ for a in 10.9.0.3 10.9.0.4; do ip -n "$DST" addr add "$a/24" dev d0; done
 for a in $HOSTS; do ip netns exec "$DST" iperf3 -s -D -B "$a" -p 5301 >/dev/null; done
 sleep 0.3
 
-HOG_PIDS=
-hogs_start() {
-	for _ in $(seq "$(nproc)"); do
-		sh -c 'while :; do :; done' &
-		HOG_PIDS="$HOG_PIDS $!"
-	done
-}
 # softirq_start: an unshaped flood, as fast as the machine goes, between two namespaces of its
 # own (another interface's receive and transmit work in softirq on the same CPUs).
 softirq_start() {

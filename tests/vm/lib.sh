@@ -62,6 +62,15 @@ routed_up() {
 	run rtr sysctl -qw net.ipv4.ip_forward=1
 }
 
+# hogs_start: a busy loop at normal priority on every CPU, its pids added to $HOG_PIDS.
+HOG_PIDS=
+hogs_start() {
+	for _ in $(seq "$(nproc)"); do
+		sh -c 'while :; do :; done' &
+		HOG_PIDS="$HOG_PIDS $!"
+	done
+}
+
 # pair_up: (re)create the two namespaces and the veth between them.
 pair_up() {
 	pair_down
