@@ -98,19 +98,23 @@ impl Autorate {
         }))
     }
 
-    /// Follows `settings` (validated, about to be applied): new reflectors restart the probes,
-    /// new ranges and asked-for rates are taken. Autorate turned off in both directions is
-    /// `Ok(None)`; turned on, a new one.
+    /// Follows `settings` (validated, about to be applied) in `slot`: new reflectors restart
+    /// the probes, new ranges and asked-for rates are taken; autorate turned off in both
+    /// directions is `None`, turned on a new one. On an error `slot` is as it was.
     pub fn reconfigure(
-        this: Option<Self>,
+        slot: &mut Option<Self>,
         settings: &Settings,
         ifindex: u32,
-    ) -> anyhow::Result<Option<Self>> {
+    ) -> anyhow::Result<()> {
         let on = [Way::Egress, Way::Ingress]
             .iter()
             .any(|&way| wanted(settings, way).is_some());
-        let Some(mut this) = this.filter(|_| on) else {
-            return Self::start(settings, ifindex);
+        let this = match slot.as_mut() {
+            Some(this) if on => this,
+            _ => {
+                *slot = Self::start(settings, ifindex)?;
+                return Ok(());
+            }
         };
         if settings.autorate_reflectors != this.reflectors {
             this.prober = start_prober(settings, ifindex)?;
@@ -127,7 +131,7 @@ impl Autorate {
                 (_, wanted) => *slot = wanted.map(|(range, rate)| Followed::new(way, range, rate)),
             }
         }
-        Ok(Some(this))
+        Ok(())
     }
 
     /// `requested` with each followed direction's rate where autorate has taken it, unless

@@ -884,7 +884,7 @@ fn change(
     let settings = &applied;
     let differences = live::change::differences(shaped.deployment.settings(), settings)?;
     let ifindex = shaped.deployment.iface().ifindex;
-    shaped.autorate = Autorate::reconfigure(shaped.autorate.take(), settings, ifindex)?;
+    Autorate::reconfigure(&mut shaped.autorate, settings, ifindex)?;
     if !differences.is_empty() {
         apply(shaped, settings, monitor)
             .map_err(|e| e.context("applying the change failed part-way; run `shaper set` or `shaper reload` again, or restart"))?;
