@@ -54,7 +54,14 @@ lab_shaper() {
 	log=shaper-$ns-$dev.log
 	# The control loop's trace: each host's levels and boost every tick (ten lines a second),
 	# what the fairness and ACK-filter analyses read beside the run's counters.
-	SHAPER_LOG=${SHAPER_LOG:-shaper::control=trace,info} ip netns exec "$ns" "$shaper" run --iface "$dev" "$@" >"$log" 2>&1 &
+	# A bpffs that `ip netns exec` (which mounts /sys afresh) leaves in place, where the ingress
+	# direction of `--nat` finds the egress direction's flows, as under a host's /sys/fs/bpf.
+	bpffs=/run/lab-bpffs
+	if ! grep -q " $bpffs bpf " /proc/mounts; then
+		lab_do mkdir -p "$bpffs"
+		lab_do mount -t bpf bpf "$bpffs"
+	fi
+	SHAPER_BPFFS=$bpffs SHAPER_LOG=${SHAPER_LOG:-shaper::control=trace,info} ip netns exec "$ns" "$shaper" run --iface "$dev" "$@" >"$log" 2>&1 &
 	pid=$!
 	LAB_SHAPERS="$LAB_SHAPERS $pid:$ns:$dev"
 	ready=

@@ -272,7 +272,8 @@ fn topology(p: &mut String, s: &Scenario) {
         default_route(p, &ns, "10.2", i + 1, "fd02");
         mtu_frames(p, s, &ns);
     }
-    // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it.
+    // Hosts' side (10.2/16, fd02::/16) is down the chain, everything else up it. Behind NAT the
+    // internet knows the router's WAN address only, not the hosts' IPv4 ones.
     for (ns, up, down) in [
         ("wan", None, Some(("10.0.2.2", "fd00:2::2"))),
         (
@@ -292,7 +293,11 @@ fn topology(p: &mut String, s: &Scenario) {
             do_(p, &format!("ip -n {ns} -6 route add default via {v6}"));
         }
         if let Some((v4, v6)) = down {
-            do_(p, &format!("ip -n {ns} route add 10.2.0.0/16 via {v4}"));
+            if s.nat && ns == "wan" {
+                do_(p, &format!("ip -n {ns} route add 10.0.3.0/24 via {v4}"));
+            } else {
+                do_(p, &format!("ip -n {ns} route add 10.2.0.0/16 via {v4}"));
+            }
             do_(p, &format!("ip -n {ns} -6 route add fd02::/16 via {v6}"));
         }
         do_(
@@ -304,6 +309,46 @@ fn topology(p: &mut String, s: &Scenario) {
             &format!("ip netns exec {ns} sysctl -qw net.ipv6.conf.all.forwarding=1"),
         );
     }
+    masquerade(p, s);
+}
+
+/// The router's masquerade of what leaves its WAN port (nftables), when the scenario has NAT.
+fn masquerade(p: &mut String, s: &Scenario) {
+    if !s.nat {
+        return;
+    }
+    let nft = |args: &[&str]| -> Vec<String> {
+        ["lab_do", "ip", "netns", "exec", "router", "nft"]
+            .iter()
+            .chain(args)
+            .map(|w| w.to_string())
+            .collect()
+    };
+    line(p, &nft(&["add", "table", "ip", "nat"]));
+    line(
+        p,
+        &nft(&[
+            "add",
+            "chain",
+            "ip",
+            "nat",
+            "post",
+            "{ type nat hook postrouting priority srcnat; }",
+        ]),
+    );
+    line(
+        p,
+        &nft(&[
+            "add",
+            "rule",
+            "ip",
+            "nat",
+            "post",
+            "oifname",
+            "wan0",
+            "masquerade",
+        ]),
+    );
 }
 
 /// A veth pair between two namespaces on subnet NET.0/24 (v4) and V6:/64: `a` gets .1, `b` .2.
@@ -863,5 +908,46 @@ mod tests {
         // `none` on an ingress installs nothing, not even the IFB.
         let none = generate(&s, &s.contenders[2]);
         assert!(!none.contains("ifb4wan0") && !none.contains("lab_ifb"));
+    }
+
+    #[test]
+    fn nat_masquerades_the_lan_and_hides_it_from_the_internet() {
+        let text = |nat: bool| {
+            format!(
+                r#"
+                duration = "10s"
+                [topology]
+                hosts = ["a"]
+                nat = {nat}
+                [[contender]]
+                name = "none"
+                kind = "none"
+                on = [{{ at = "router-wan" }}]
+                [[flow]]
+                host = "a"
+                direction = "download"
+                "#
+            )
+        };
+        let plan = |nat| {
+            let t = text(nat);
+            let s = scenario::parse(&t, "t", t.as_bytes()).unwrap();
+            generate(&s, &s.contenders[0])
+        };
+        let routed = plan(false);
+        assert!(routed.contains("lab_do ip -n wan route add 10.2.0.0/16 via 10.0.2.2\n"));
+        assert!(!routed.contains("nft"));
+        let natted = plan(true);
+        // The servers reach the router's WAN address only; IPv6 stays routed.
+        assert!(
+            !natted.contains("ip -n wan route add 10.2.0.0/16"),
+            "{natted}"
+        );
+        assert!(natted.contains("lab_do ip -n wan route add 10.0.3.0/24 via 10.0.2.2\n"));
+        assert!(natted.contains("lab_do ip -n wan -6 route add fd02::/16 via fd00:2::2\n"));
+        assert!(natted.contains(
+            "lab_do ip netns exec router nft add chain ip nat post '{ type nat hook postrouting priority srcnat; }'\n\
+             lab_do ip netns exec router nft add rule ip nat post oifname wan0 masquerade\n"
+        ));
     }
 }

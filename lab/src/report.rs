@@ -12,7 +12,7 @@ use super::{
     RunResult, joins, load_results, plot,
     queues::{Levels, QueueSummary},
     results::{ProbeLatency, over_target_share, scheduled_delay_ms},
-    scenario::ProbeKind,
+    scenario::{FlowDirection, ProbeKind},
     stats::{self, Spread},
     transfers::{self, Pooled},
 };
@@ -82,6 +82,7 @@ const HEADER_LEAD: &[&str] = &[
     "down Mbit/s (util)",
     "up Mbit/s (util)",
     "per host Mbit/s",
+    "hosts min/max down/up",
     "Jain hosts",
     "Jain flows",
     "ping idle p50",
@@ -196,6 +197,11 @@ fn row(
         direction(&|r| &r.download),
         direction(&|r| &r.upload),
         hosts.join(", "),
+        format!(
+            "{} / {}",
+            cell(sp(&|r| r.host_share(FlowDirection::Download)), 2, ""),
+            cell(sp(&|r| r.host_share(FlowDirection::Upload)), 2, "")
+        ),
         cell(sp(&|r| r.jain_hosts), 3, ""),
         cell(sp(&|r| r.jain_flows), 3, ""),
         ms(sp(&|r| r.latency.ping_idle.p50)),
@@ -773,6 +779,21 @@ mod tests {
             {"name": "b", "mean_bps": down * 0.4e6, "series_bps": []},
         ]))
         .unwrap();
+        let flow = |id: &str, host: &str, share: f64| {
+            serde_json::json!({
+                "id": id, "host": host, "direction": "download", "protocol": "tcp", "cc": null,
+                "parallel": 1, "started_s": 0.0, "stopped_s": 10.0, "mean_bps": down * share * 1e6,
+                "connections_mean_bps": [], "retransmits": 0, "lost_packets": null,
+                "packets": null, "series_bps": [], "error": null,
+            })
+        };
+        // b's download in two flows: a host's share adds up its flows.
+        r.flows = serde_json::from_value(serde_json::json!([
+            flow("a", "a", 0.6),
+            flow("b", "b", 0.1),
+            flow("b.2", "b", 0.3),
+        ]))
+        .unwrap();
         r.jain_hosts = Some(jain);
         r.jain_flows = Some(0.8);
         r.latency.ping_loaded.p50 = Some(ping);
@@ -791,6 +812,7 @@ mod tests {
             "95.4 (95%)",
             "-",
             "a 57.3, b 38.2",
+            "0.67 / -",
             "0.923",
             "0.800",
             "0.4 ms",

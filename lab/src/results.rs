@@ -690,6 +690,24 @@ impl RunResult {
             (classify(t, &self.flows, self.warmup_s, self.duration_s) == Some(true)).then_some(rtt)
         })
     }
+
+    /// How evenly the hosts shared one direction: the least a host got over the most (1 is
+    /// even), each host's flows that way added up. None with fewer than two hosts in it.
+    pub fn host_share(&self, direction: FlowDirection) -> Option<f64> {
+        let mut per_host: BTreeMap<&str, f64> = BTreeMap::new();
+        for f in self.flows.iter().filter(|f| f.direction == direction) {
+            *per_host.entry(f.host.as_str()).or_default() += f.mean_bps;
+        }
+        if per_host.len() < 2 {
+            return None;
+        }
+        let (lo, hi) = per_host
+            .values()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
+        (hi > 0.0).then(|| lo / hi)
+    }
 }
 
 /// CPU time from two /proc/stat `cpu` lines (USER_HZ = 100).

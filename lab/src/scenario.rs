@@ -47,6 +47,8 @@ struct TopologyFile {
     mtu_frames: bool,
     #[serde(default)]
     router_gro: bool,
+    #[serde(default)]
+    nat: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -252,6 +254,10 @@ pub struct Scenario {
     /// The router's ports aggregate what arrives (GRO on, as on a real router; veth does not by
     /// default): with `mtu_frames`, frames that crossed a "wire" become super-packets again.
     pub router_gro: bool,
+    /// The router masquerades IPv4 out of its WAN port (nftables), as a home router does: the
+    /// servers see one address, the router's, and have no route to the hosts' own. IPv6 stays
+    /// routed, as home networks have it.
+    pub nat: bool,
     pub down: Option<Link>,
     pub up: Option<Link>,
     pub contenders: Vec<Contender>,
@@ -483,6 +489,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
     let hosts = f.topology.hosts;
     let mtu_frames = f.topology.mtu_frames;
     let router_gro = f.topology.router_gro;
+    let nat = f.topology.nat;
     ensure!(!servers.is_empty(), "topology.servers: at least one server");
     ensure!(!hosts.is_empty(), "topology.hosts: at least one host");
     ensure!(
@@ -736,6 +743,12 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         !flows.is_empty() || !probes.is_empty() || !transfers.is_empty(),
         "no [[flow]] and no [[probe]]: nothing to measure"
     );
+    // The server logs a transfer by the address it came from, which masquerade replaces.
+    ensure!(
+        !nat || transfers.iter().all(|t| t.family == Family::Ipv6),
+        "topology.nat: IPv4 transfers probes are told apart by the host's address, which the \
+         router's masquerade hides from the server; use family = \"ipv6\" for them"
+    );
     Ok(Scenario {
         name,
         description: f.description.unwrap_or_default(),
@@ -747,6 +760,7 @@ fn check(f: File, default_name: &str, hash: String) -> Result<Scenario> {
         hosts,
         mtu_frames,
         router_gro,
+        nat,
         down,
         up,
         contenders,
@@ -1185,6 +1199,21 @@ mod tests {
             {fields}
             "
         )
+    }
+
+    #[test]
+    fn nat_hides_the_hosts_ipv4_addresses_from_transfers() {
+        let natted = |fields: &str| {
+            parse_str(&with_transfers(&format!("{TRANSFERS}\n{fields}")).replace(
+                "hosts = [\"a\", \"b\"]",
+                "hosts = [\"a\", \"b\"]\nnat = true",
+            ))
+        };
+        let e = format!("{:#}", natted("").unwrap_err());
+        assert!(e.contains("topology.nat") && e.contains("ipv6"), "{e}");
+        let s = natted("family = \"ipv6\"").unwrap();
+        assert!(s.nat);
+        assert!(!parse_str(GOOD).unwrap().nat);
     }
 
     const TRANSFERS: &str = r#"count = 1000
