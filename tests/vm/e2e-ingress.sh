@@ -12,7 +12,8 @@ SECONDS_PER_RUN=${E2E_SECONDS:-8}
 TOLERANCE=3
 # The ping's p99 under a 4-flow download: the AQM keeps each flow's queue near 5 ms and the
 # ping, a sparse flow, leaves at once (unshaped into a 20 Mbit/s queue it would be the download's
-# whole window).
+# whole window). On top: the machine's own delays, as CAKE's ping saw them in the same boot (of
+# 80 pings the p99 is the second longest, and one stalled vCPU makes it).
 PING_P99_MAX_MS=10
 
 # link_state: everything of s0 that shaper may touch: qdiscs, ingress filters, GRO limit, and
@@ -107,8 +108,9 @@ log "shaper ingress at ${RATE}mbit: $shaped Mbit/s (CAKE $cake, ceiling $ceiling
 echo "RESULT kernel=$(uname -r) ingress_rate_mbit=$RATE shaper_mbit=$shaped cake_mbit=$cake ceiling_mbit=$ceiling shaper_vs_cake=$(ratio "$shaped" "$cake") shaper_ping_p50_p99_ms=\"$shaper_ping\" cake_ping_p50_p99_ms=\"$cake_ping\""
 within "$shaped" "$ceiling" "$TOLERANCE" || fail "ingress at ${RATE}mbit: $shaped Mbit/s is not within ${TOLERANCE}% of $ceiling"
 within "$shaped" "$cake" "$TOLERANCE" || fail "ingress at ${RATE}mbit: $shaped Mbit/s is not within ${TOLERANCE}% of CAKE's $cake"
-awk -v p="$shaper_p99" -v m="$PING_P99_MAX_MS" 'BEGIN { exit !(p <= m) }' ||
-	fail "ping p99 under an ingress download is $shaper_p99 ms (max $PING_P99_MAX_MS)"
+ping_max=$(awk -v m="$PING_P99_MAX_MS" -v c="${cake_ping#* }" 'BEGIN { print m + c }')
+awk -v p="$shaper_p99" -v m="$ping_max" 'BEGIN { exit !(p <= m) }' ||
+	fail "ping p99 under an ingress download is $shaper_p99 ms (max $PING_P99_MAX_MS + CAKE's $cake_ping)"
 
 # A crash leaves the IFB and the redirect; the next shaper takes them over and restores all.
 shaper_start --iface s0 --rate 1gbit --ingress-rate "${RATE}mbit"

@@ -6,9 +6,10 @@
 //! 2. The parsers' fuzz targets, [`FUZZ_SECONDS`] each (`cargo xtask fuzz` runs them longer);
 //!    the OCI image (`cargo xtask image`), built twice alike and read back by skopeo.
 //! 3. End to end in a VM on each Debian kernel (6.1: netlink/clsact attach; 6.12: TCX), with
-//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh` and a minute of
-//!    `tests/vm/soak.sh`, each in its own boot so one failure cannot mask another. Then the bad-input test (`tests/tests/bad_input.rs`,
-//!    built static) on each kernel's own verifier and BPF_PROG_TEST_RUN.
+//!    real TCP flows through fq and CAKE side by side: `tests/vm/e2e-*.sh`, each in its own
+//!    boot so one failure cannot mask another (`--full` adds those that do not fit CI's time:
+//!    [`VM_SCRIPTS`]). Then the bad-input test (`tests/tests/bad_input.rs`, built static) on
+//!    each kernel's own verifier and BPF_PROG_TEST_RUN.
 //! 4. The lab's own sanity on each kernel (`lab/sanity/*.toml`, one boot): an unconstrained path
 //!    carries > 1 Gbit/s, CAKE at 50 Mbit/s measures 47-50, netem delay adds its RTT ± 1 ms.
 //!
@@ -30,38 +31,52 @@ const TIMING_TESTS: &str = "timing";
 /// Seconds each fuzz target runs: enough to pass every seed and reach its shallow bugs again.
 const FUZZ_SECONDS: u64 = 20;
 
-/// The VM end-to-end scripts, run on every kernel: each a script and its arguments.
-const VM_SCRIPTS: &[&[&str]] = &[
-    &["tests/vm/e2e-rate.sh"],
-    &["tests/vm/e2e-restore.sh"],
-    &["tests/vm/e2e-ingress.sh"],
-    &["tests/vm/e2e-forward.sh"],
+/// Which runs a VM test is part of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// Every `cargo xtask test` (CI's).
+    Always,
+    /// Only `cargo xtask test --full`: what would take the suite past CI's time on a busy
+    /// build machine.
+    Full,
+}
+
+/// The VM end-to-end scripts, run on every kernel: which runs take each, the script and its
+/// arguments.
+const VM_SCRIPTS: &[(Runs, &[&str])] = &[
+    (Runs::Always, &["tests/vm/e2e-rate.sh"]),
+    (Runs::Always, &["tests/vm/e2e-restore.sh"]),
+    (Runs::Always, &["tests/vm/e2e-ingress.sh"]),
+    (Runs::Always, &["tests/vm/e2e-forward.sh"]),
     // Over IPv6 and IPv4: a dual-stack server is one host to its clients of both families,
     // also after it gains an address.
-    &["tests/vm/e2e-dualstack.sh"],
+    (Runs::Always, &["tests/vm/e2e-dualstack.sh"]),
     // `--nat` behind a masquerading router: the LAN machines are the hosts, beside CAKE's nat.
-    &["tests/vm/e2e-nat.sh"],
+    (Runs::Always, &["tests/vm/e2e-nat.sh"]),
     // `--framing`: DOCSIS, PTM and ATM counted as CAKE counts them, beside CAKE; set in place.
-    &["tests/vm/e2e-framing.sh"],
-    &["tests/vm/e2e-ackfilter.sh"],
+    (Runs::Always, &["tests/vm/e2e-framing.sh"]),
+    (Runs::Always, &["tests/vm/e2e-ackfilter.sh"]),
     // `--log-datapath`: each kind of event logged within its rate limit, the rate held; none
     // without it.
-    &["tests/vm/e2e-logs.sh"],
-    &["tests/vm/e2e-accounting.sh"],
-    &["tests/vm/e2e-faults.sh"],
+    (Runs::Always, &["tests/vm/e2e-logs.sh"]),
+    (Runs::Always, &["tests/vm/e2e-accounting.sh"]),
+    (Runs::Always, &["tests/vm/e2e-faults.sh"]),
     // `shaper doctor` where every piece is there: TCX on 6.12, the netlink fallback on 6.1.
-    &["tests/vm/doctor.sh"],
-    &["tests/vm/e2e-metrics.sh"],
+    (Runs::Always, &["tests/vm/doctor.sh"]),
+    (Runs::Always, &["tests/vm/e2e-metrics.sh"]),
     // `shaper tune`: dry run, --apply, --persist (read back by procps' sysctl), --revert.
-    &["tests/vm/tune.sh"],
+    (Runs::Always, &["tests/vm/tune.sh"]),
     // Three interfaces in one `shaper run --config`, each at its own rate at once; one deleted
     // and re-created, re-shaped within 1 s; a reload that adds and removes interfaces.
-    &["tests/vm/e2e-interfaces.sh"],
-    // CPU hogs on every CPU: one flow and 3 hosts x 8 flows at 7, 73 and 220 Mbit/s, each
-    // direction, beside CAKE.
-    &["tests/vm/e2e-busy.sh"],
+    (Runs::Always, &["tests/vm/e2e-interfaces.sh"]),
+    // CPU hogs on every CPU: one flow and 3 hosts x 8 flows, each direction, beside CAKE; at
+    // 73 Mbit/s always, at 7 and 220 in the full run.
+    (Runs::Always, &["tests/vm/e2e-busy.sh", "73"]),
+    (Runs::Full, &["tests/vm/e2e-busy.sh", "7", "220"]),
     // A minute of the soak (docs/notebook/soak.md has the 30-minute runs).
-    &["tests/vm/soak.sh", "60"],
+    (Runs::Full, &["tests/vm/soak.sh", "60"]),
+    // WireGuard and IP-in-IP tunnels beside CAKE.
+    (Runs::Full, &["tests/vm/e2e-tunnels.sh"]),
 ];
 
 /// The bad-input test in the VM, and the frames it runs per test there: a tenth of the full
@@ -78,6 +93,9 @@ pub struct Options {
     /// Only the unit and BPF tests (no VM).
     #[arg(long)]
     pub no_vm: bool,
+    /// Also the VM tests that do not fit CI's time (about twice as long).
+    #[arg(long)]
+    pub full: bool,
 }
 
 struct Outcome {
@@ -161,7 +179,11 @@ pub fn run(o: &Options) -> Result<()> {
         };
         let bpf_fuzz = dist::build_bpf_fuzz().inspect_err(|e| eprintln!("{e:#}"));
         for kernel in kernels {
-            for (script, args) in VM_SCRIPTS.iter().filter_map(|c| c.split_first()) {
+            let scripts = VM_SCRIPTS
+                .iter()
+                .filter(|(runs, _)| o.full || *runs == Runs::Always)
+                .filter_map(|(_, c)| c.split_first());
+            for (script, args) in scripts {
                 let name = [&[*script], args].concat().join(" ");
                 println!("== {name} on Linux {kernel}");
                 let started = Instant::now();
