@@ -20,10 +20,16 @@
 //!   the last signal, and a lost retransmission is found only by a timeout (in a short
 //!   transfer's slow start, the queue still stands above target when the fast retransmission
 //!   comes, and dropping it cost one of them in seven a 200-400 ms timeout).
-//! - **BLUE**: a flow whose queue overflows its hard limit is not responding to CoDel (a UDP
-//!   flood). Each overflow raises a drop probability, each time its queue is found empty lowers
-//!   it, both at most once per `target`; packets are dropped at that probability whatever their
-//!   ECN marking (a flow that ignores drops ignores marks too).
+//! - **BLUE**: a flow whose queue keeps overflowing its hard limit is not responding to CoDel
+//!   (a UDP flood). Each overflow raises a drop probability, each time its queue is found empty
+//!   lowers it, both at most once per `target`; packets are dropped at that probability whatever
+//!   their ECN marking (a flow that ignores drops ignores marks too). Only overflows that go on
+//!   for a hard limit's time count: the first overflow's drop is the sender's signal, and a
+//!   responsive sender has answered it by then. A queue overflows at once, and then falls
+//!   back, when its flow's pace falls under it (a rate cut, a host joining) or the flow bursts;
+//!   BLUE, which falls slowly, would hold such a flow in timeouts for seconds.
+//! - **Retransmissions** pass the hard limit and BLUE, as they pass CoDel: see
+//!   [`AqmState::on_packet`].
 //!
 //! Everything is integer arithmetic that runs in BPF as it runs in the host's unit tests.
 
@@ -103,18 +109,36 @@ impl DataReach {
     /// Records a segment of the connection `ports` carrying `payload` bytes from `seq` (`data`:
     /// a TCP segment with data; anything else leaves the state alone) and returns
     /// [`packet::RETRANSMIT`] if none of it reaches beyond what the connection sent before,
-    /// else 0. Branch-free: the data path calls it on every packet, TCP or not.
+    /// else 0: [`DataReach::check`], then [`DataReach::record`].
     #[inline(always)]
     pub fn on_segment(&mut self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
+        let retransmit = self.check(data, ports, seq, payload);
+        self.record(data, ports, seq, payload);
+        retransmit
+    }
+
+    /// [`packet::RETRANSMIT`] if the segment is data of the connection last recorded and none
+    /// of it reaches beyond what that connection sent, else 0. Branch-free: the data path
+    /// calls it on every packet, TCP or not.
+    #[inline(always)]
+    pub fn check(&self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
+        let same = (self.ports == ports) as u32;
+        let beyond = crate::ackfilter::after(seq.wrapping_add(payload), self.end) as u32;
+        (data as u32 & same & (beyond ^ 1)) * packet::RETRANSMIT
+    }
+
+    /// Records the segment as sent: the data path records only what goes on, so that a
+    /// dropped segment a local sender sends again at once is new data, not a retransmission
+    /// (which passes the hard limit). Branch-free.
+    #[inline(always)]
+    pub fn record(&mut self, data: bool, ports: u32, seq: u32, payload: u32) {
         let data = data as u32;
         let same = (self.ports == ports) as u32;
         let end = seq.wrapping_add(payload);
         let beyond = crate::ackfilter::after(end, self.end) as u32;
-        let retransmit = data & same & (beyond ^ 1);
         let reach = data & ((same ^ 1) | beyond);
         self.end = branchless::select(reach as u64, end as u64, self.end as u64) as u32;
         self.ports = branchless::select(data as u64, ports as u64, self.ports as u64) as u32;
-        retransmit * packet::RETRANSMIT
     }
 }
 
@@ -173,7 +197,9 @@ pub struct AqmState {
     /// While signalling: when the next signal is due. While not, with `count > 0`: when
     /// `count` decays next; with `count == 0`: unused.
     pub next_ns: u64,
-    /// When BLUE last moved its probability (it moves at most once per target).
+    /// When BLUE last moved its probability (it moves at most once per target). While the
+    /// probability is zero: when the flow's queue first overflowed since it last stood at or
+    /// below its floor (zero: not since).
     pub blue_ns: u64,
     /// Signals in the current episode (decays, does not reset).
     pub count: u32,
@@ -240,14 +266,23 @@ pub fn control_law(t_ns: u64, interval_ns: u64, inv_sqrt: u32) -> u64 {
 }
 
 impl AqmState {
-    /// The flow's queue would overflow its hard limit: BLUE tightens, and CoDel is put on
+    /// The flow's queue would overflow its hard limit: BLUE tightens once the overflow has
+    /// gone on for the limit's time (at once if BLUE is already dropping), and CoDel is put on
     /// alert so that its next due signal is not an interval away.
     #[inline(always)]
     pub fn queue_full(&mut self, p: &AqmParams, now_ns: u64) {
-        if now_ns.saturating_sub(self.blue_ns) > p.target_ns {
-            self.p_drop = self.p_drop.saturating_add(BLUE_INCREMENT);
-            self.blue_ns = now_ns;
-        }
+        // Without branches (they multiply the verifier's paths through the rest of the
+        // scheduler). `start`: the first overflow since the queue stood at its floor, which
+        // starts the wait; its time is stored odd, as zero means "not overflowing".
+        let quiet = branchless::below(self.p_drop as u64, 1);
+        let start = quiet & branchless::below(self.blue_ns, 1);
+        let wait = branchless::select(quiet, p.limit_ns, p.target_ns);
+        let raise = (start ^ 1) & branchless::below(self.blue_ns + wait, now_ns);
+        self.p_drop = branchless::min(
+            self.p_drop as u64 + raise * BLUE_INCREMENT as u64,
+            u32::MAX as u64,
+        ) as u32;
+        self.blue_ns = branchless::select(start | raise, now_ns | 1, self.blue_ns);
         if self.signalling == 0 {
             self.signalling = SIGNAL_ABOVE;
             self.next_ns = now_ns;
@@ -277,7 +312,14 @@ impl AqmState {
         packet: u32,
         random: u32,
     ) -> Verdict {
-        if queue_ns > p.limit_ns {
+        // A retransmission passes the hard limit and BLUE (it books its time as any packet):
+        // lost, it is found only by a timeout, and a flow whose pace fell under its window
+        // (a rate cut) overflows for several of its round trips while it comes down; each
+        // lost retransmission there doubled the timeout into seconds of silence. A flow sends
+        // one per loss, so sparing them lets no flood past.
+        let retransmit = ((packet >> packet::RETRANSMIT.trailing_zeros()) & 1) as u64;
+        let limit = p.limit_ns | (retransmit << 62);
+        if queue_ns > limit {
             self.queue_full(p, now_ns);
             return Verdict::DropOverlimit;
         }
@@ -305,6 +347,8 @@ impl AqmState {
             }
         } else {
             self.signalling = 0;
+            self.blue_ns =
+                branchless::select(branchless::below(self.p_drop as u64, 1), 0, self.blue_ns);
         }
 
         let mut verdict = Verdict::Pass;
@@ -342,7 +386,8 @@ impl AqmState {
             }
         }
 
-        if verdict == Verdict::Pass && self.p_drop != 0 && random < self.p_drop {
+        let p_drop = self.p_drop as u64 * (retransmit ^ 1);
+        if verdict == Verdict::Pass && p_drop != 0 && (random as u64) < p_drop {
             verdict = Verdict::DropBlue;
         }
         if self.count == 0 {
@@ -704,6 +749,15 @@ mod tests {
             0,
             "a again: new to the flow"
         );
+        // Checked but not recorded (dropped), a segment is new when sent again.
+        let mut r = DataReach::default();
+        let c = DataReach::ports(1, 2);
+        r.on_segment(true, c, 0, 1000);
+        for seq in [1000, 2000] {
+            assert_eq!(r.check(true, c, seq, 1000), 0);
+        }
+        assert_eq!(r.on_segment(true, c, 1000, 1000), 0, "sent again: new");
+        assert_eq!(r.check(true, c, 0, 1000), packet::RETRANSMIT);
     }
 
     #[test]
@@ -772,8 +826,10 @@ mod tests {
                 Verdict::DropOverlimit
             );
         }
+        // The first 400 ms (the limit) are the sender's time to answer; then once per target
+        // (6 ms at 1 ms steps).
         let steps = (s.p_drop / BLUE_INCREMENT) as u64;
-        assert!((160..=200).contains(&steps), "{steps}");
+        assert!((95..=105).contains(&steps), "{steps}");
         // Below the limit, an ECN-capable packet drawn under p_drop is still dropped.
         let t = 1_000 * MS;
         assert_eq!(
@@ -784,6 +840,18 @@ mod tests {
             s.on_packet(&p, t, MS, false, p.target_ns, packet::ECT, u32::MAX),
             Verdict::DropBlue
         );
+        // A retransmission passes BLUE, and the hard limit.
+        assert_ne!(
+            s.on_packet(&p, t, MS, false, p.target_ns, packet::RETRANSMIT, 0),
+            Verdict::DropBlue
+        );
+        let before = s;
+        let passed = s.on_packet(&p, t, 500 * MS, false, p.target_ns, packet::RETRANSMIT, 0);
+        assert!(
+            matches!(passed, Verdict::Pass | Verdict::Mark),
+            "{passed:?}"
+        );
+        assert_eq!(s.p_drop, before.p_drop, "and tells BLUE nothing");
         // Empty queues bring it back down, slowly.
         let before = s.p_drop;
         let mut t = 2_000 * MS;
@@ -792,6 +860,30 @@ mod tests {
             t += 10 * MS;
         }
         assert_eq!(before - s.p_drop, 10 * BLUE_DECREMENT);
+    }
+
+    #[test]
+    fn overflows_that_end_within_the_limit_leave_blue_alone() {
+        // A flow whose pace fell under its window: it overflows for most of the limit's time,
+        // falls back below its floor as its sender answers, and does it again later.
+        let p = params();
+        let mut s = AqmState::default();
+        let mut t = 0;
+        for _ in 0..3 {
+            for _ in 0..390 {
+                s.on_packet(&p, t, 500 * MS, false, p.target_ns, 0, u32::MAX);
+                t += MS;
+            }
+            s.on_packet(&p, t, 0, false, p.target_ns, 0, u32::MAX);
+            t += 2_000 * MS;
+        }
+        assert_eq!(s.p_drop, 0);
+        // Overflowing on past the limit's time is not answering.
+        for _ in 0..405 {
+            s.on_packet(&p, t, 500 * MS, false, p.target_ns, 0, u32::MAX);
+            t += MS;
+        }
+        assert_eq!(s.p_drop, BLUE_INCREMENT);
     }
 
     #[test]

@@ -45,8 +45,9 @@ const DEBT_SLOT: u32 = CALENDAR_BINS;
 /// the sparse packets' debt, whose size decides whether they are lent to: it is bulk traffic's
 /// own, which bulk traffic repays, and bulk bursts must not stop the lending.
 const OVERFLOW_SLOT: u32 = CALENDAR_BINS + 1;
-/// The frontier: the first bin the packets that book behind others have not filled (an
-/// absolute bin index; one in the past reads as the current bin). Such a packet wanting an
+/// The frontier: the first bin the packets that book behind others have not filled (the
+/// time it starts, in ns: bins of another width, at a new rate, read it where it was; one in
+/// the past reads as the current bin). Such a packet wanting an
 /// earlier bin starts its scan there: the bins before it are full. The bin after a packet's
 /// span is relative to the packet; without the frontier, under a load the span cannot hold,
 /// each bin's width would bring a new, empty bin after the span, and the aggregate would run
@@ -162,7 +163,7 @@ fn scan(
     let now_bin = now_ns / bin_ns;
     // SAFETY: map value, valid for the run; a stale read starts a scan a bin early or late.
     let front = match frontier {
-        Some(f) => branchless::max(unsafe { core::ptr::read_volatile(f) }, now_bin),
+        Some(f) => branchless::max(unsafe { core::ptr::read_volatile(f) } / bin_ns, now_bin),
         None => now_bin,
     };
     let mut walk = Walk {
@@ -208,7 +209,7 @@ fn scan(
         && let Some(f) = frontier
     {
         // Racing CPUs may move it back a bin, which the next packet that scans it fills.
-        unsafe { core::ptr::write_volatile(f, walk.placed_at) };
+        unsafe { core::ptr::write_volatile(f, walk.placed_at * bin_ns) };
     }
     settle(&walk, &mut out, bin_ns, priority, tin_first);
     out

@@ -133,14 +133,16 @@ pub fn schedule(
         Err(reason) => return Scheduled::Dropped(reason),
     };
     // 6. The calendar, and the departure.
-    let stamped = stamp(info, config, flow, &clocks, &stood, at, &ahead, &jump);
-    // 7. The counters, and when the link carries it.
-    account(
-        config, host, flow, &paces, &clocks, &stamped, &stood, at, &ahead,
-    );
+    let stamped = stamp(info, config, flow, &clocks, at, &ahead, &jump);
+    // Beyond the horizon, dropped before its flow's clock and last departure move: those
+    // would carry its wait to every later packet of the flow, each dropped in turn.
     if stamped.depart - now > config.horizon_ns {
         return Scheduled::Dropped(DropReason::Horizon);
     }
+    // 7. The flow's clock behind a wait, the counters, and when the link carries it.
+    account(
+        config, host, flow, &paces, &clocks, &stamped, &stood, at, &ahead,
+    );
     Scheduled::At {
         depart_ns: stamped.depart,
         contended: clocks.contended,
@@ -275,12 +277,16 @@ fn judge(
         queue_ns: stood.flow_clock.saturating_sub(now),
         floor_bytes: stood.charge.bytes,
         flow_ns_per_byte_fp: paces.flow_fp,
-        bits: aqm_bits(info, flow),
+        bits: aqm_bits(info, &flow.data_reach),
     };
     let verdict = aqm_verdict(flow, config, &packet);
     if log::on() && verdict != Verdict::Pass {
         log::judged(info, flow, packet.queue_ns, verdict as u64);
     }
+    let (data, ports, payload) = segment(info);
+    let sent = (verdict as u32) < Verdict::DropCodel as u32;
+    flow.data_reach
+        .record(data & sent, ports, info.tcp_seq, payload);
     match verdict {
         Verdict::Pass => Ok(()),
         // Noted in the control block rather than carried as a flag.
@@ -409,8 +415,11 @@ fn guard(
         if shared_start == destination::OVER_LIMIT {
             return Err(DropReason::Overlimit);
         }
+        // A guard that stands beyond the horizon (and the flows' slack) would only hold the
+        // packet there: dropped before the guard books it, as a flow's clock does.
+        let beyond = config.horizon_ns.saturating_add(paces.slack_ns);
         // SAFETY: as for the flow clock.
-        match unsafe { clock::reserve(&raw mut host.clock_ns, at.now, 0, tx_host, u64::MAX, 0) } {
+        match unsafe { clock::reserve(&raw mut host.clock_ns, at.now, 0, tx_host, beyond, 0) } {
             Reserved::At(start) | Reserved::AtContended(start) => {
                 guarded = schedule::guard(
                     want,
@@ -422,7 +431,7 @@ fn guard(
                     flow.last_depart_ns,
                 );
             }
-            Reserved::BeyondHorizon => {}
+            Reserved::BeyondHorizon => return Err(DropReason::Horizon),
         }
     }
     Ok(guarded)
@@ -440,14 +449,13 @@ struct Stamped {
 }
 
 /// Phase 6: the calendar books the packet's wire time at the rate from where it may leave
-/// (`schedule::release`), and the flow's clock carries a wait beyond it.
+/// (`schedule::release`).
 #[inline(always)]
 fn stamp(
     info: &PacketInfo,
     config: &ShaperConfig,
-    flow: &mut FlowState,
+    flow: &FlowState,
     clocks: &Clocks,
-    stood: &Stood,
     at: At,
     ahead: &Word,
     jump: &Word,
@@ -475,9 +483,6 @@ fn stamp(
         (goes_ahead as u64 * calendar::PRIORITY) | (tin_first as u64 * calendar::TIN_FIRST),
     );
     let (depart, lent) = schedule::departure(booked, released);
-    if schedule::carries_wait(depart, clocks.want, last_depart, stood.credited) {
-        unsafe { clock::advance(&raw mut flow.clock_ns, depart + stood.charge.tx_flow_ns) };
-    }
     Stamped {
         depart,
         booked,
@@ -486,8 +491,9 @@ fn stamp(
     }
 }
 
-/// Phase 7: the host's and flow's counters for the control plane, and the flow's departures
-/// and on-wire times for the next packets and the ACK filter.
+/// Phase 7, for a packet that goes on: its flow's clock carries a wait beyond it
+/// (`schedule::carries_wait`); the host's and flow's counters for the control plane, and the
+/// flow's departures and on-wire times for the next packets and the ACK filter.
 #[inline(always)]
 fn account(
     config: &ShaperConfig,
@@ -501,6 +507,10 @@ fn account(
     ahead: &Word,
 ) {
     let depart = stamped.depart;
+    if schedule::carries_wait(depart, clocks.want, flow.last_depart_ns, stood.credited) {
+        // SAFETY: as for the flow clock.
+        unsafe { clock::advance(&raw mut flow.clock_ns, depart + stood.charge.tx_flow_ns) };
+    }
     let (charged, flow_time) = schedule::flow_time(depart, clocks.want, stood.charge.tx_wire_ns);
     let over_allocation = noted_sparse(ahead)
         && paces.host_fp != 0
@@ -555,19 +565,28 @@ struct AqmPacket {
     bits: u32,
 }
 
-/// What the AQM needs to know of the packet's kind: whether it can carry a mark, whether it may
-/// end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols),
-/// and whether it is a retransmission (recording how far its connection's data reaches).
+/// A packet as its connection's reach counts it: whether it is a TCP segment with data, its
+/// connection's ports (`DataReach::ports`) and its payload's length.
 #[inline(always)]
-fn aqm_bits(info: &PacketInfo, flow: &mut FlowState) -> u32 {
-    use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
-    let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
+fn segment(info: &PacketInfo) -> (bool, u32, u32) {
     let payload = info.tcp_payload_len();
     let data = (info.ip_proto == IPPROTO_TCP) & (payload != 0);
-    let ports = DataReach::ports(info.src_port, info.dst_port);
-    let retransmit = flow
-        .data_reach
-        .on_segment(data, ports, info.tcp_seq, payload);
+    (
+        data,
+        DataReach::ports(info.src_port, info.dst_port),
+        payload,
+    )
+}
+
+/// What the AQM needs to know of the packet's kind: whether it can carry a mark, whether it may
+/// end its sender's write (PSH or FIN; the parser leaves the flags zero for other protocols),
+/// and whether it is a retransmission (what its connection sent reaches past it).
+#[inline(always)]
+fn aqm_bits(info: &PacketInfo, reach: &DataReach) -> u32 {
+    use shaper_common::ackfilter::tcp_flags::{FIN, PSH};
+    let ends_write = (info.tcp_flags & (PSH | FIN) != 0) as u32;
+    let (data, ports, payload) = segment(info);
+    let retransmit = reach.check(data, ports, info.tcp_seq, payload);
     let ends_stream = (info.tcp_flags & FIN != 0) as u32;
     ecn::capable(info) as u32 * aqm::packet::ECT
         + ends_write * aqm::packet::ENDS_WRITE

@@ -275,35 +275,58 @@ fn in_a_flow_of_several_connections_another_connections_segment_is_not_a_retrans
 #[test]
 fn the_hard_limit_drops_and_raises_blue() {
     // A 10 ms limit: a burst of 20 frames (24 ms) overflows it after 8 or 9 of them, unless
-    // the burst itself took a frame's time.
+    // the burst itself took a frame's time. BLUE rises only once the overflow has lasted the
+    // limit's time.
     let frame = tcp4(40_002, ECT0);
-    let (h, verdicts) = on_time("a frame's time for the burst", || {
+    let (h, verdicts, again) = on_time("a frame's time for the burst", || {
         let mut h = harness(10 * MS);
         let start = monotonic_now_ns();
         let verdicts: Vec<u32> = (0..BURST)
-            .map(|_| h.run(&frame, &SkbContext::default()).verdict)
+            .map(|i| h.run(&nth(&frame, i), &SkbContext::default()).verdict)
             .collect();
+        // The first dropped segment sent again, as a local sender does at once: it never went
+        // on, so it is new data and meets the limit; the first segment again is a
+        // retransmission and passes it.
+        let dropped = verdicts.iter().position(|v| *v != PASS).unwrap_or(0);
+        let again = [dropped, 0].map(|i| h.run(&nth(&frame, i), &SkbContext::default()).verdict);
         let took = monotonic_now_ns() - start;
         if took >= tx_time_ns(FRAME as u64, ns_per_byte_fp(RATE)) {
             return Err(took);
         }
-        Ok((h, verdicts))
+        Ok((h, verdicts, again))
     });
     let passed = verdicts.iter().filter(|v| **v == PASS).count();
     assert!((8..=10).contains(&passed), "{verdicts:?}");
+    assert_eq!(
+        again,
+        [DROP, PASS],
+        "a dropped segment sent again is dropped; a retransmission passes the limit"
+    );
     let stats = h.view().stats;
     assert_eq!(
         stats.dropped[DropReason::Overlimit as usize],
-        (BURST - passed) as u64,
+        (BURST - passed) as u64 + 1,
         "ECN-capable or not, beyond the limit is a drop"
     );
     assert_eq!(
         stats.ecn_capable_dropped,
-        (BURST - passed) as u64,
+        (BURST - passed) as u64 + 1,
         "and counted as an ECN-capable packet's"
     );
-    let flow = flow(&h, 40_002);
-    assert!(flow.aqm.p_drop > 0, "BLUE was told");
+    assert_eq!(
+        flow(&h, 40_002).aqm.p_drop,
+        0,
+        "one burst's overflow is the sender's signal, not yet BLUE's"
+    );
+    // Overflowing on for more than the limit's time is a flow that does not answer.
+    let mut h = h;
+    let start = monotonic_now_ns();
+    let mut i = BURST;
+    while monotonic_now_ns() - start < 3 * 10 * MS {
+        h.run(&nth(&frame, i), &SkbContext::default());
+        i += 1;
+    }
+    assert!(flow(&h, 40_002).aqm.p_drop > 0, "BLUE was told");
 }
 
 #[test]
