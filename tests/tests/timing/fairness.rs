@@ -221,6 +221,41 @@ fn the_calendar_holds_overbooked_levels_to_the_rate() {
 }
 
 #[test]
+fn a_lower_rate_reads_the_calendars_frontier_where_it_was() {
+    // Overbooked levels fill the bins ahead, and packets book from the frontier. A rate five
+    // times lower has bins five times wider: the frontier must still stand where the bookings
+    // end, not at its old bin index read in the new bins' width (far in the future, beyond
+    // the horizon, with nothing queued).
+    let mut h = harness(Isolation::Flows);
+    let fast = *h.datapath.config();
+    set_key_rate(&mut h, &FlowKey::default(), ns_per_byte_fp(RATE), 0, 0);
+    for i in 0..40 {
+        send(&mut h, CLIENT_A, i % 4);
+    }
+    let slow = ShaperConfig {
+        rate_bps: RATE / 5,
+        ns_per_byte_fp: ns_per_byte_fp(RATE / 5),
+        calendar_bin_ns: config(RATE / 5, 10 * SECOND).calendar_bin_ns,
+        ..fast
+    };
+    assert!(slow.calendar_bin_ns >= 4 * fast.calendar_bin_ns);
+    h.datapath.configure(&slow).unwrap();
+    set_key_rate(&mut h, &FlowKey::default(), ns_per_byte_fp(RATE / 5), 0, 0);
+    let now = monotonic_now_ns();
+    // 40 frames (48 ms at the old rate) were booked; the next ones follow within a few of the
+    // new bins and their own wire time at the new rate.
+    for i in 0..4 {
+        let depart = send(&mut h, CLIENT_A, i);
+        assert!(
+            depart < now + SECOND / 2,
+            "departs {} ms ahead",
+            (depart - now) / 1_000_000
+        );
+    }
+    assert_eq!(h.view().stats.dropped[DropReason::Horizon as usize], 0);
+}
+
+#[test]
 fn newcomers_that_overbook_the_link_together_are_held_to_the_rate() {
     // Three hosts appear within one control interval and no host was bottlenecked before
     // them: each gets the newcomer level, the full rate. Going ahead of the calendar's
