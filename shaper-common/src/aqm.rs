@@ -101,42 +101,43 @@ pub struct DataReach {
 }
 
 impl DataReach {
-    /// The connection identity [`DataReach::on_segment`] takes.
+    /// The connection identity [`DataReach::check`] and [`DataReach::record`] take.
     pub const fn ports(src_port: u16, dst_port: u16) -> u32 {
         (src_port as u32) << 16 | dst_port as u32
     }
 
-    /// Records a segment of the connection `ports` carrying `payload` bytes from `seq` (`data`:
-    /// a TCP segment with data; anything else leaves the state alone) and returns
-    /// [`packet::RETRANSMIT`] if none of it reaches beyond what the connection sent before,
-    /// else 0: [`DataReach::check`], then [`DataReach::record`].
-    #[inline(always)]
-    pub fn on_segment(&mut self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
+    /// [`DataReach::check`], then [`DataReach::record`]: what the unit tests step through.
+    #[cfg(test)]
+    fn on_segment(&mut self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
         let retransmit = self.check(data, ports, seq, payload);
         self.record(data, ports, seq, payload);
         retransmit
     }
 
-    /// [`packet::RETRANSMIT`] if the segment is data of the connection last recorded and none
-    /// of it reaches beyond what that connection sent, else 0. Branch-free: the data path
-    /// calls it on every packet, TCP or not.
+    /// 1 when a segment of the connection `ports` ending at `end` is news to this reach:
+    /// another connection's, or reaching beyond what this one sent.
     #[inline(always)]
-    pub fn check(&self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
-        let same = (self.ports == ports) as u32;
-        let beyond = crate::ackfilter::after(seq.wrapping_add(payload), self.end) as u32;
-        (data as u32 & same & (beyond ^ 1)) * packet::RETRANSMIT
+    fn news(&self, ports: u32, end: u32) -> u32 {
+        (self.ports != ports) as u32 | crate::ackfilter::after(end, self.end) as u32
     }
 
-    /// Records the segment as sent: the data path records only what goes on, so that a
-    /// dropped segment a local sender sends again at once is new data, not a retransmission
-    /// (which passes the hard limit). Branch-free.
+    /// [`packet::RETRANSMIT`] if the segment (`data`: a TCP segment with data; anything else is
+    /// not one) is of the connection last recorded and none of it reaches beyond what that
+    /// connection sent, else 0. Branch-free: the data path calls it on every packet, TCP or not.
+    #[inline(always)]
+    pub fn check(&self, data: bool, ports: u32, seq: u32, payload: u32) -> u32 {
+        let news = self.news(ports, seq.wrapping_add(payload));
+        (data as u32 & (news ^ 1)) * packet::RETRANSMIT
+    }
+
+    /// Records the segment as sent (anything but data leaves the state alone): the data path
+    /// records only what goes on, so that a dropped segment a local sender sends again at once
+    /// is new data, not a retransmission (which passes the hard limit). Branch-free.
     #[inline(always)]
     pub fn record(&mut self, data: bool, ports: u32, seq: u32, payload: u32) {
         let data = data as u32;
-        let same = (self.ports == ports) as u32;
         let end = seq.wrapping_add(payload);
-        let beyond = crate::ackfilter::after(end, self.end) as u32;
-        let reach = data & ((same ^ 1) | beyond);
+        let reach = data & self.news(ports, end);
         self.end = branchless::select(reach as u64, end as u64, self.end as u64) as u32;
         self.ports = branchless::select(data as u64, ports as u64, self.ports as u64) as u32;
     }
@@ -224,6 +225,15 @@ pub enum Verdict {
     DropBlue,
     /// Beyond the flow's hard limit.
     DropOverlimit,
+}
+
+impl Verdict {
+    /// Whether the packet goes on (passed or marked): the variants that go on come first.
+    /// Branch-free.
+    #[inline(always)]
+    pub const fn goes_on(self) -> bool {
+        (self as u32) < Verdict::DropCodel as u32
+    }
 }
 
 /// Newton steps per change of `count`: from 1.0 at count 1, five reach 1/sqrt(2) within 1e-5;
@@ -860,6 +870,20 @@ mod tests {
             t += 10 * MS;
         }
         assert_eq!(before - s.p_drop, 10 * BLUE_DECREMENT);
+    }
+
+    #[test]
+    fn pass_and_mark_go_on_the_drops_do_not() {
+        use Verdict::*;
+        for (v, on) in [
+            (Pass, true),
+            (Mark, true),
+            (DropCodel, false),
+            (DropBlue, false),
+            (DropOverlimit, false),
+        ] {
+            assert_eq!(v.goes_on(), on, "{v:?}");
+        }
     }
 
     #[test]

@@ -284,9 +284,8 @@ fn judge(
         log::judged(info, flow, packet.queue_ns, verdict as u64);
     }
     let (data, ports, payload) = segment(info);
-    let sent = (verdict as u32) < Verdict::DropCodel as u32;
     flow.data_reach
-        .record(data & sent, ports, info.tcp_seq, payload);
+        .record(data & verdict.goes_on(), ports, info.tcp_seq, payload);
     match verdict {
         Verdict::Pass => Ok(()),
         // Noted in the control block rather than carried as a flag.

@@ -107,7 +107,7 @@ pub struct Options {
     /// Only the unit and BPF tests (no VM).
     #[arg(long)]
     pub no_vm: bool,
-    /// Also the VM tests that do not fit CI's time (about twice as long).
+    /// Also the VM tests that do not fit CI's time (about 25 minutes more).
     #[arg(long)]
     pub full: bool,
 }
