@@ -11,7 +11,8 @@
 #   - from SETTLE s after the cut to the run's end, goodput is at least GOODPUT of TCP's
 #     ceiling at the new rate, and no second of it carries under STALL of that ceiling.
 #
-# Usage: rate-cut.sh [SECONDS_EACH_SIDE [CUT_MBIT]]   (default 10 s, 10 Mbit/s)
+# Usage: [HOGS=1] rate-cut.sh [SECONDS_EACH_SIDE [CUT_MBIT]]   (default 10 s, 10 Mbit/s; HOGS=1:
+#        both runs beside a busy loop on every CPU)
 # Prints "RESULT rate-cut ..." lines for the record; not in the suite (docs/benchmarks.md).
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
@@ -32,6 +33,10 @@ run rtr tc qdisc add dev rs parent 1:1 handle 2: tbf rate 50mbit burst 62500 lim
 # iperf3's reverse mode from the server's side: its per-second reports are the receiver's.
 run cli iperf3 -s -D >/dev/null
 sleep 0.3
+if [ -n "${HOGS:-}" ]; then
+	hogs_start
+	trap 'kill $HOG_PIDS 2>/dev/null' EXIT
+fi
 
 # load NAME CUT_COMMAND...: the uploads for two phases, CUT_COMMAND run between them; leaves
 # $OUT/NAME.iperf.
@@ -71,14 +76,14 @@ shaper_stop
 set -- $(report shaper)
 shaper_mean=$1 shaper_least=$2
 drops=$(sed -n 's/.*dropped: //p' "$OUT/shaper.stats")
-echo "RESULT rate-cut shaper 60->${CUT}mbit mean=${shaper_mean} least=${shaper_least} dropped: $drops"
+echo "RESULT rate-cut shaper hogs=${HOGS:-0} 60->${CUT}mbit mean=${shaper_mean} least=${shaper_least} dropped: $drops"
 
 run cli tc qdisc replace dev c0 root cake bandwidth 60mbit besteffort
 load cake run cli tc qdisc change dev c0 root cake bandwidth "${CUT}mbit"
 run cli tc -s qdisc show dev c0 >"$OUT/cake.stats" 2>&1
 run cli tc qdisc del dev c0 root
 set -- $(report cake)
-echo "RESULT rate-cut cake 60->${CUT}mbit mean=$1 least=$2"
+echo "RESULT rate-cut cake hogs=${HOGS:-0} 60->${CUT}mbit mean=$1 least=$2"
 
 ceiling=$(awk -v c="$CUT" 'BEGIN { printf "%.2f", c * 1448 / 1514 }')
 problems=
