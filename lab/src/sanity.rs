@@ -12,9 +12,43 @@ const FILES: &[&str] = &[
     "lab/sanity/delay.toml",
 ];
 
-/// One boot of `kernel` on `machine` running the sanity scenarios; fails with every check that
-/// did not hold.
+/// Boots the sanity scenarios on `kernel` and, if a check fails, once more: fails with every
+/// check that did not hold in the second boot.
+///
+/// An emulated VM starved of host CPU for a few seconds reads a lower rate than the set-up
+/// gives (CAKE at 50 Mbit/s read 46.1 once on a build machine at load 2.1; its ceiling is 47.8); a
+/// mistake in the set-up reads wrong in every boot, and one more boot tells them apart. The
+/// first boot's failures are printed either way.
 pub fn run(kernel: &str, machine: &dyn Machine) -> Result<()> {
+    checked_in_boots(kernel, 2, || Ok(check(&boot_once(kernel, machine)?)))
+}
+
+/// Runs `boot` (which returns the failed checks) until a boot passes, at most `boots` times;
+/// fails with the last boot's failures.
+fn checked_in_boots(
+    kernel: &str,
+    boots: usize,
+    mut boot: impl FnMut() -> Result<Vec<String>>,
+) -> Result<()> {
+    let mut failures = Vec::new();
+    for n in 1..=boots {
+        failures = boot()?;
+        if failures.is_empty() {
+            println!("lab sanity on {kernel}: ok");
+            return Ok(());
+        }
+        if n < boots {
+            eprintln!(
+                "lab sanity on {kernel}, boot {n} of {boots}:\n  {}\nbooting once more",
+                failures.join("\n  ")
+            );
+        }
+    }
+    bail!("lab sanity on {kernel}:\n  {}", failures.join("\n  "))
+}
+
+/// One boot of `kernel` on `machine` running the sanity scenarios.
+fn boot_once(kernel: &str, machine: &dyn Machine) -> Result<Vec<RunResult>> {
     let root = workspace_root();
     let (results, _) = run_lab(
         &RunOptions {
@@ -28,12 +62,7 @@ pub fn run(kernel: &str, machine: &dyn Machine) -> Result<()> {
         },
         machine,
     )?;
-    let failures = check(&results);
-    if !failures.is_empty() {
-        bail!("lab sanity on {kernel}:\n  {}", failures.join("\n  "));
-    }
-    println!("lab sanity on {kernel}: ok");
-    Ok(())
+    Ok(results)
 }
 
 fn find<'a>(rs: &'a [RunResult], scenario: &str, contender: &str) -> Option<&'a RunResult> {
@@ -123,4 +152,39 @@ fn check(rs: &[RunResult]) -> Vec<String> {
         ));
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_in_boots;
+
+    #[test]
+    fn a_second_boot_that_passes_passes() {
+        let mut reads = vec![vec![], vec!["CAKE at 50mbit = 46.10".to_string()]];
+        assert!(checked_in_boots("6.1", 2, || Ok(reads.pop().unwrap())).is_ok());
+        assert!(reads.is_empty());
+    }
+
+    #[test]
+    fn failing_every_boot_fails_with_the_last_boots_checks() {
+        let mut boots = 0;
+        let e = checked_in_boots("6.1", 2, || {
+            boots += 1;
+            Ok(vec![format!("boot {boots} read low")])
+        })
+        .unwrap_err();
+        assert_eq!(boots, 2);
+        assert!(e.to_string().contains("boot 2 read low"), "{e}");
+    }
+
+    #[test]
+    fn a_first_boot_that_passes_boots_once() {
+        let mut boots = 0;
+        let ok = checked_in_boots("6.1", 2, || {
+            boots += 1;
+            Ok(vec![])
+        });
+        assert!(ok.is_ok());
+        assert_eq!(boots, 1);
+    }
 }
