@@ -19,6 +19,7 @@ pub mod names;
 pub mod overrun;
 pub mod rate;
 pub mod schedule;
+pub mod segmenter;
 pub mod sizing;
 pub mod stats;
 pub mod time;

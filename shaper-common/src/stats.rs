@@ -129,6 +129,9 @@ pub struct DatapathStats {
     /// `overrun::meter`), and the wire time charged to the calendar as owed for them.
     pub overrun_packets: u64,
     pub overrun_ns: u64,
+    /// Packets sent through the segmenter behind frames of their flow still in it, to keep
+    /// their place (`segmenter`).
+    pub segment_followers: u64,
 }
 
 /// Buckets of the scheduled-delay histogram: bucket 0 is under 64 µs, bucket `i` (1..15) is
@@ -192,6 +195,7 @@ impl DatapathStats {
         self.ecn_marked += other.ecn_marked;
         self.sparse += other.sparse;
         self.segmented += other.segmented;
+        self.segment_followers += other.segment_followers;
         for (a, b) in self.delay_hist.iter_mut().zip(other.delay_hist.iter()) {
             *a += b;
         }
@@ -215,7 +219,7 @@ impl DatapathStats {
 
 const _: () = assert!(
     core::mem::size_of::<DatapathStats>()
-        == 8 * (18
+        == 8 * (19
             + DropReason::COUNT
             + PassReason::COUNT
             + DELAY_BUCKETS

@@ -110,14 +110,15 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     if skb.priority == autorate::PROBE_PRIORITY {
         return stats::pass(stats, PassReason::Probe);
     }
-    if segment::wanted(skb, config) {
-        // Its frames come back from the segmenter and are stamped then.
-        stats.segmented += 1;
-        return Verdict::Pass;
-    }
+    segment::note_follower(false);
 
     let mut info = match classify(ctx, config) {
         Ok(info) => info,
+        Err(_) if segment::wanted(skb, config) => {
+            // Its frames come back from the segmenter and are stamped then.
+            stats.segmented += 1;
+            return Verdict::Pass;
+        }
         Err(err) => {
             return stats::pass(
                 stats,
@@ -130,6 +131,16 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     };
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &*ctx.skb.skb };
+    if config.segmenter_ifindex != 0 {
+        let now = unsafe { bpf_ktime_get_ns() };
+        if let segment::Route::Segmenter { follower } = segment::route(skb, config, &info, now) {
+            // Stamped when it comes back, in its flow's order.
+            stats.segmented += !follower as u64;
+            stats.segment_followers += follower as u64;
+            segment::note_follower(follower);
+            return Verdict::Pass;
+        }
+    }
     info.tin = tin(&info, skb.mark, config);
     // Here rather than in the scheduler, whose stack has no room to spare on 6.1.
     info.wire = config.framing.packet_bytes(Packet {
@@ -335,7 +346,7 @@ pub fn shaper_segment(ctx: TcContext) -> i32 {
     };
     // SAFETY: the context is a valid __sk_buff for the whole run.
     let skb = unsafe { &*ctx.skb.skb };
-    if segment::wanted(skb, config) || segment::returning(skb, config) {
+    if segment::take_follower() || segment::wanted(skb, config) || segment::returning(skb, config) {
         segment::MATCH
     } else {
         segment::NO_MATCH

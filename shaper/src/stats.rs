@@ -59,6 +59,8 @@ pub struct Report {
     /// GSO packets built elsewhere sent through the segmenter (their frames are counted in
     /// `packets` when they come back), and the segmenter's IFB.
     pub segmented: u64,
+    /// Packets sent through the segmenter behind their flow's frames, to keep their order.
+    pub segment_followers: u64,
     pub segmenter_ifb: Option<String>,
     /// Frames by scheduled delay (departure minus stamping time): what each waited in fq.
     pub delay_hist: Vec<DelayBucket>,
@@ -159,6 +161,7 @@ impl Report {
             ecn_marked: view.stats.ecn_marked,
             sparse: view.stats.sparse,
             segmented: view.stats.segmented,
+            segment_followers: view.stats.segment_followers,
             segmenter_ifb: state.segmenter.as_ref().map(|s| s.ifb.clone()),
             delay_hist: view
                 .stats
@@ -250,8 +253,9 @@ impl Report {
             self.sparse,
             match &self.segmenter_ifb {
                 Some(ifb) => format!(
-                    "  segmented: {} super-packets split into frames on {ifb} before shaping\n",
-                    self.segmented
+                    "  segmented: {} super-packets split into frames on {ifb} before shaping, {} \
+                     packets sent behind their flow's frames\n",
+                    self.segmented, self.segment_followers
                 ),
                 None => String::new(),
             },

@@ -173,6 +173,12 @@ const SINGLES: &[Single] = &[
         value: |d| Value::Int(d.report.segmented),
     },
     Single {
+        name: "shaper_segment_followers_packets_total",
+        kind: Kind::Counter,
+        help: "Packets sent through the segmenter behind their flow's frames still in it, to keep their order.",
+        value: |d| Value::Int(d.report.segment_followers),
+    },
+    Single {
         name: "shaper_ecn_marked_packets_total",
         kind: Kind::Counter,
         help: "Packets the AQM CE-marked instead of dropping them.",
