@@ -241,3 +241,19 @@ pub fn on_time<T>(window: &str, mut attempt: impl FnMut() -> Result<T, u64>) -> 
         start.elapsed()
     )
 }
+
+/// Keeps the calling thread on the CPU it runs on: the data path tells the segmenter's filter
+/// about a packet it sends behind its flow's frames through a per-CPU word, which the filter's
+/// run must read on the CPU the program's run wrote it.
+pub fn stay_on_one_cpu() {
+    // SAFETY: a zeroed cpu_set_t with one CPU set, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning the test to one CPU"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! segmenter's filter, a frame handed back by the segmenter's IFB is stamped, and nothing loops.
 
 use shaper_common::abi::ShaperConfig;
-use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext};
+use shaper_tests::{Harness, PASS, config, packet, skb::SkbContext, stay_on_one_cpu};
 
 const SECOND: u64 = 1_000_000_000;
 const RATE_BPS: u64 = 10_000_000;
@@ -116,4 +116,62 @@ fn without_a_segmenter_super_packets_are_stamped_whole() {
     let local = SkbContext::default();
     assert_eq!(h.run_segment(&frame, &local), NO_MATCH);
     assert_eq!(h.view().stats.segmented, 0);
+}
+
+#[test]
+fn a_flows_packets_follow_its_frames_through_the_segmenter_until_they_are_back() {
+    stay_on_one_cpu();
+    let mut h = Harness::new(with_segmenter(SPLIT_SEGS, SEGMENTER_IFINDEX));
+    let frame = packet::tcp4_frame(1514);
+    let single = SkbContext::default()
+        .with_ingress_ifindex(UPLINK_IFINDEX)
+        .with_tstamp(UNSTAMPED);
+    let back = SkbContext::default()
+        .with_ingress_ifindex(SEGMENTER_IFINDEX)
+        .with_tstamp(UNSTAMPED);
+
+    // A super-packet of 3 segments goes to the segmenter; the flow's next packet follows it
+    // there, unstamped, rather than leaving ahead of its frames.
+    assert_eq!(h.run(&frame, &forwarded_gso(3)).ctx.tstamp(), UNSTAMPED);
+    assert_eq!(h.run_segment(&frame, &forwarded_gso(3)), MATCH);
+    let out = h.run(&frame, &single);
+    assert_eq!(out.verdict, PASS);
+    assert_eq!(
+        out.ctx.tstamp(),
+        UNSTAMPED,
+        "the follower is not stamped here"
+    );
+    assert_eq!(
+        h.run_segment(&frame, &single),
+        MATCH,
+        "the follower is redirected"
+    );
+
+    // Another flow is not held by this one's frames.
+    let other = packet::tcp4_flow([10, 0, 0, 3], [10, 0, 0, 2], 40_001, 5201, 1514);
+    assert_ne!(h.run(&other, &single).ctx.tstamp(), UNSTAMPED);
+    assert_eq!(h.run_segment(&other, &single), NO_MATCH);
+
+    // The three frames and the follower come back and are stamped in their order.
+    let mut last = 0;
+    for n in 0..4 {
+        let out = h.run(&frame, &back);
+        assert!(
+            out.ctx.tstamp() != UNSTAMPED && out.ctx.tstamp() >= last,
+            "frame {n}"
+        );
+        last = out.ctx.tstamp();
+        assert_eq!(h.run_segment(&frame, &back), MATCH);
+    }
+    // All are back: the flow's next packet is stamped at once.
+    assert_ne!(h.run(&frame, &single).ctx.tstamp(), UNSTAMPED);
+    assert_eq!(h.run_segment(&frame, &single), NO_MATCH);
+
+    let view = h.view();
+    assert_eq!(view.stats.segmented, 1);
+    assert_eq!(view.stats.segment_followers, 1);
+    assert_eq!(
+        view.stats.shaped_packets, 6,
+        "four back, the other flow's, the last"
+    );
 }
