@@ -93,6 +93,9 @@ enum Verdict {
 
 #[inline(always)]
 fn try_egress(ctx: &TcContext) -> Verdict {
+    // The segmenter's filter reads this for the packet at hand: no follower unless
+    // `segment::route` makes it one.
+    segment::note_follower(false);
     let Some(stats) = STATS.get_ptr_mut(0) else {
         return Verdict::Pass;
     };
@@ -110,8 +113,6 @@ fn try_egress(ctx: &TcContext) -> Verdict {
     if skb.priority == autorate::PROBE_PRIORITY {
         return stats::pass(stats, PassReason::Probe);
     }
-    segment::note_follower(false);
-
     let mut info = match classify(ctx, config) {
         Ok(info) => info,
         Err(_) if segment::wanted(skb, config) => {
