@@ -13,6 +13,7 @@ pub mod conntrack;
 pub mod diffserv;
 pub mod edt;
 pub mod framing;
+pub mod hash;
 pub mod isolation;
 pub mod logs;
 pub mod names;

@@ -20,7 +20,7 @@
 
 use crate::{
     abi::{LENT, host_flags},
-    ackfilter, branchless, edt,
+    ackfilter, branchless, edt, hash,
     isolation::fields,
     sizing::DESTINATION_GUARDS,
 };
@@ -190,10 +190,7 @@ pub fn destination_slot(host_fields: u32, flags: u64, dst: &[u32; 4], tin: u8) -
     let pair = (host_fields & (fields::SRC_HOST | fields::SRC_ADDR) != 0)
         & (host_fields & (fields::DST_HOST | fields::DST_ADDR) != 0);
     let newcomer = flags & host_flags::NEWCOMER != 0;
-    let mixed = (dst[0] ^ dst[1].rotate_left(8) ^ dst[2].rotate_left(16) ^ dst[3].rotate_left(24))
-        .wrapping_add(tin as u32)
-        .wrapping_mul(0x9E37_79B1);
-    let slot = mixed >> (32 - DESTINATION_GUARDS.trailing_zeros());
+    let slot = hash::slot(hash::fold(dst).wrapping_add(tin as u32), DESTINATION_GUARDS);
     branchless::select((pair & newcomer) as u64, slot as u64, NO_SLOT as u64) as u32
 }
 

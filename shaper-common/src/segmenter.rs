@@ -14,6 +14,8 @@
 //! a flow at most that long of detours. Two flows that share a slot both take the detour while
 //! either has frames in it: that costs the segmenter a little work, never the order.
 
+use crate::hash;
+
 /// Slots of the order table (a power of two).
 pub const ORDER_SLOTS: u32 = 4096;
 
@@ -33,17 +35,14 @@ pub struct Order {
     pub sent_ns: u64,
 }
 
-/// The slot of a flow, from its addresses (each folded to a word) and ports: the same for a
-/// super-packet, its frames coming back and the packets between them.
+/// The slot of a flow, from its addresses and ports: the same for a super-packet, its frames
+/// coming back and the packets between them.
 #[inline(always)]
 pub fn slot(src: &[u32; 4], dst: &[u32; 4], src_port: u16, dst_port: u16, proto: u8) -> u32 {
-    let fold =
-        |a: &[u32; 4]| a[0] ^ a[1].rotate_left(7) ^ a[2].rotate_left(14) ^ a[3].rotate_left(21);
-    let mixed = (fold(src) ^ fold(dst).rotate_left(3))
+    let word = (hash::fold(src) ^ hash::fold(dst).rotate_left(3))
         .wrapping_add(((src_port as u32) << 16) | dst_port as u32)
-        .wrapping_add(proto as u32)
-        .wrapping_mul(0x9E37_79B1);
-    mixed >> (32 - ORDER_SLOTS.trailing_zeros())
+        .wrapping_add(proto as u32);
+    hash::slot(word, ORDER_SLOTS)
 }
 
 /// Whether the count in `order` is live at `now`: frames are in the segmenter and the last
@@ -68,7 +67,7 @@ pub fn after_super_packet(order: &Order, segs: u64, now: u64) -> u64 {
 /// could not split it, else one frame.
 #[inline(always)]
 pub fn frames_back(gso_segs: u32) -> u64 {
-    if gso_segs > 1 { gso_segs as u64 } else { 1 }
+    gso_segs.max(1) as u64
 }
 
 #[cfg(test)]
