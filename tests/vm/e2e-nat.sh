@@ -35,26 +35,9 @@ MIN_MAX_DOWN=0.85
 TOLERANCE=5
 CEILING=$(tcp_ceiling_mbit "$RATE")
 ROUTER=router
-NSES="lana lanb $ROUTER server"
 
 command -v nft >/dev/null || fail "nft is not in the VM (cargo xtask bootstrap installs nftables)"
-namespaces_up
-for h in a b; do
-	n=1
-	[ $h = b ] && n=2
-	ip link add "l$h" netns "lan$h" type veth peer name "r$h" netns "$ROUTER"
-	ip -n "lan$h" addr add "10.77.$n.2/24" dev "l$h"
-	ip -n "lan$h" link set "l$h" up
-	ip -n "lan$h" route add default via "10.77.$n.1"
-	ip -n "$ROUTER" addr add "10.77.$n.1/24" dev "r$h"
-	ip -n "$ROUTER" link set "r$h" up
-done
-ip link add w0 netns "$ROUTER" type veth peer name s0 netns server
-ip -n "$ROUTER" addr add 10.78.0.1/24 dev w0
-ip -n "$ROUTER" link set w0 up
-ip -n server addr add 10.78.0.2/24 dev s0
-ip -n server link set s0 up
-run "$ROUTER" sysctl -qw net.ipv4.ip_forward=1
+lan_router_up
 run "$ROUTER" nft -f - <<'EOF' || fail "masquerading out of w0 (nf_tables, nft_chain_nat, nft_masq)"
 table ip nat {
 	chain post {

@@ -65,6 +65,33 @@ routed_up() {
 	run rtr sysctl -qw net.ipv4.ip_forward=1
 }
 
+# lan_router_up: two LAN machines behind a router, as namespaces lana, lanb, $ROUTER and
+# server afresh (as $NSES), the router forwarding:
+#   lana [la] 10.77.1.2 --- [ra] 10.77.1.1 \
+#                                            $ROUTER [w0] 10.78.0.1 --- [s0] 10.78.0.2 server
+#   lanb [lb] 10.77.2.2 --- [rb] 10.77.2.1 /
+# The server has no route back to the LAN: the caller masquerades or adds one.
+lan_router_up() {
+	NSES="lana lanb $ROUTER server"
+	namespaces_up
+	for h in a b; do
+		n=1
+		[ $h = b ] && n=2
+		ip link add "l$h" netns "lan$h" type veth peer name "r$h" netns "$ROUTER"
+		ip -n "lan$h" addr add "10.77.$n.2/24" dev "l$h"
+		ip -n "lan$h" link set "l$h" up
+		ip -n "lan$h" route add default via "10.77.$n.1"
+		ip -n "$ROUTER" addr add "10.77.$n.1/24" dev "r$h"
+		ip -n "$ROUTER" link set "r$h" up
+	done
+	ip link add w0 netns "$ROUTER" type veth peer name s0 netns server
+	ip -n "$ROUTER" addr add 10.78.0.1/24 dev w0
+	ip -n "$ROUTER" link set w0 up
+	ip -n server addr add 10.78.0.2/24 dev s0
+	ip -n server link set s0 up
+	run "$ROUTER" sysctl -qw net.ipv4.ip_forward=1
+}
+
 # hogs_start: a busy loop at normal priority on every CPU, its pids added to $HOG_PIDS.
 HOG_PIDS=
 hogs_start() {

@@ -18,26 +18,9 @@ NA=${NA:-1}
 NB=${NB:-8}
 [ -n "${TRACE:-}" ] && SHAPER_AS="env SHAPER_LOG=info,shaper::control=trace"
 ROUTER=router
-NSES="lana lanb $ROUTER server"
 
-namespaces_up
-for h in a b; do
-	n=1
-	[ $h = b ] && n=2
-	ip link add "l$h" netns "lan$h" type veth peer name "r$h" netns "$ROUTER"
-	ip -n "lan$h" addr add "10.77.$n.2/24" dev "l$h"
-	ip -n "lan$h" link set "l$h" up
-	ip -n "lan$h" route add default via "10.77.$n.1"
-	ip -n "$ROUTER" addr add "10.77.$n.1/24" dev "r$h"
-	ip -n "$ROUTER" link set "r$h" up
-done
-ip link add w0 netns "$ROUTER" type veth peer name s0 netns server
-ip -n "$ROUTER" addr add 10.78.0.1/24 dev w0
-ip -n "$ROUTER" link set w0 up
-ip -n server addr add 10.78.0.2/24 dev s0
-ip -n server link set s0 up
+lan_router_up
 ip -n server route add 10.77.0.0/16 via 10.78.0.1
-run "$ROUTER" sysctl -qw net.ipv4.ip_forward=1
 [ -n "${A_ONE_FRAME:-}" ] && ip -n lana link set la gso_max_segs 1
 [ -n "${B_ONE_FRAME:-}" ] && ip -n lanb link set lb gso_max_segs 1
 run server iperf3 -s -D -p 5301 >/dev/null
