@@ -10,6 +10,7 @@
 #   cargo xtask vm --kernel 6.12 -- tests/vm/two-hosts.sh
 #   A_ONE_FRAME=1 B_ONE_FRAME=1: the senders' veths send one frame a packet (gso_max_segs 1)
 #   TRACE=1: the control loop's trace in shaper's log, printed at the end
+#   HOGS=1: both runs beside a busy loop on every CPU
 here=$(dirname "$0"); [ -f "$here/lib.sh" ] || here=/shaper/tests/vm; . "$here/lib.sh"
 
 RATE=${RATE:-20}
@@ -23,13 +24,19 @@ lan_router_up
 ip -n server route add 10.77.0.0/16 via 10.78.0.1
 [ -n "${A_ONE_FRAME:-}" ] && ip -n lana link set la gso_max_segs 1
 [ -n "${B_ONE_FRAME:-}" ] && ip -n lanb link set lb gso_max_segs 1
+if [ -n "${HOGS:-}" ]; then
+	hogs_start
+	trap 'kill $HOG_PIDS 2>/dev/null' EXIT
+fi
 run server iperf3 -s -D -p 5301 >/dev/null
 run server iperf3 -s -D -p 5302 >/dev/null
 sleep 0.5
 
-# tcp_counts NS: the namespace's TCP segments in, out and retransmitted so far.
+# tcp_counts NS: the namespace's TCP segments in, out and retransmitted so far, then its
+# reorderings seen in SACKs and its DSACKs received (spurious retransmissions).
 tcp_counts() {
-	run "$1" awk '/^Tcp:/ && $2 ~ /^[0-9]/ { print $11, $12, $13 }' /proc/net/snmp
+	run "$1" awk '/^Tcp:/ && $2 ~ /^[0-9]/ { printf "%s %s %s ", $11, $12, $13 }' /proc/net/snmp
+	run "$1" awk '/^TcpExt:/ { if (!n) { for (i = 2; i <= NF; i++) col[$i] = i; n = 1 } else print $col["TCPSACKReorder"], $col["TCPDSACKRecv"] }' /proc/net/netstat
 }
 
 # load: a's and b's uploads, with what the senders and w0 did.
@@ -53,7 +60,7 @@ load() {
 	echo "a $(receiver_mbit </tmp/a.out) b $(receiver_mbit </tmp/b.out) Mbit/s; w0 sent $(((tx1 - tx0) * 8 / (SECS + 1) / 1000)) kbit/s"
 	for h in a b; do
 		eval before=\$before_$h
-		echo "$h: TCP segments in/out/retransmitted $(tcp_counts "lan$h") (before: $before)"
+		echo "$h: TCP segments in/out/retransmitted, SACK reorderings, DSACKs $(tcp_counts "lan$h") (before: $before)"
 	done
 }
 
