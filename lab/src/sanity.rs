@@ -16,9 +16,8 @@ const FILES: &[&str] = &[
 /// check that did not hold in the second boot.
 ///
 /// An emulated VM starved of host CPU for a few seconds reads a lower rate than the set-up
-/// gives (CAKE at 50 Mbit/s read 46.1 once on a build machine at load 2.1; its ceiling is 47.8); a
-/// mistake in the set-up reads wrong in every boot, and one more boot tells them apart. The
-/// first boot's failures are printed either way.
+/// gives; a mistake in the set-up reads wrong in every boot, and one more boot tells them
+/// apart (docs/lab.md). The first boot's failures are printed either way.
 pub fn run(kernel: &str, machine: &dyn Machine) -> Result<()> {
     checked_in_boots(kernel, 2, || Ok(check(&boot_once(kernel, machine)?)))
 }
